@@ -1,0 +1,140 @@
+// trickle/algorithm/agreement.hpp: checks at construction that all workers agree on a configuration.
+//
+// Workers that disagree about the seed, the fraction or the tensor list would average
+// unrelated values without any error. Each algorithm describes its configuration as
+// named text fields; agree() gathers every rank's description and throws on every rank,
+// naming each field that differs, or the first rank whose own validation failed. All
+// ranks always take part in the same two collectives, so a bad rank never hangs the rest.
+#pragma once
+
+#include <trickle/comm/communicator.hpp>
+#include <trickle/config.hpp>
+#include <trickle/error.hpp>
+
+#include <cstdint>
+#include <cstring>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+TRICKLE_NAMESPACE_BEGIN
+
+// A configuration as ordered (name, value) text fields, plus this rank's own validation
+// error (empty when valid).
+class config_record {
+public:
+    config_record() = default;
+    explicit config_record(std::string kind) : kind_(std::move(kind)) {}
+
+    template <class V>
+    config_record& add(std::string name, const V& value) {
+        std::ostringstream os;
+        os.precision(17);
+        os << value;
+        fields_.emplace_back(std::move(name), os.str());
+        return *this;
+    }
+
+    void set_error(std::string message) {
+        if (error_.empty()) error_ = std::move(message);
+    }
+
+    const std::string& kind() const { return kind_; }
+    const std::string& error() const { return error_; }
+    const std::vector<std::pair<std::string, std::string>>& fields() const { return fields_; }
+
+    // One line per field, then the error: "kind\nname=value\n...\n!error".
+    std::string serialize() const {
+        std::string s = kind_ + '\n';
+        for (const auto& [k, v] : fields_) s += k + '=' + v + '\n';
+        s += '!' + error_;
+        return s;
+    }
+
+    static config_record parse(const std::string& s) {
+        config_record rec;
+        std::size_t pos = s.find('\n');
+        rec.kind_ = s.substr(0, pos);
+        while (pos != std::string::npos && pos + 1 < s.size() && s[pos + 1] != '!') {
+            const std::size_t end = s.find('\n', pos + 1);
+            const std::string line = s.substr(pos + 1, end - pos - 1);
+            const std::size_t eq = line.find('=');
+            rec.fields_.emplace_back(line.substr(0, eq), eq == std::string::npos ? "" : line.substr(eq + 1));
+            pos = end;
+        }
+        if (pos != std::string::npos && pos + 1 < s.size()) rec.error_ = s.substr(pos + 2);
+        return rec;
+    }
+
+private:
+    std::string kind_;
+    std::vector<std::pair<std::string, std::string>> fields_;
+    std::string error_;
+};
+
+namespace detail {
+
+// What differs between rank 0's record and rank r's, as "field: rank 0 has X, rank r has Y".
+inline std::vector<std::string> record_differences(const config_record& a, const config_record& b, int rb) {
+    std::vector<std::string> out;
+    if (a.kind() != b.kind())
+        out.push_back(concat("algorithm: rank 0 has '", a.kind(), "', rank ", rb, " has '", b.kind(), "'"));
+    const auto& fa = a.fields();
+    const auto& fb = b.fields();
+    for (const auto& [name, va] : fa) {
+        const std::string* vb = nullptr;
+        for (const auto& [nb, v] : fb)
+            if (nb == name) vb = &v;
+        if (vb == nullptr)
+            out.push_back(concat(name, ": rank 0 has ", va, ", rank ", rb, " does not set it"));
+        else if (*vb != va)
+            out.push_back(concat(name, ": rank 0 has ", va, ", rank ", rb, " has ", *vb));
+    }
+    for (const auto& [nb, vb] : fb) {
+        bool found = false;
+        for (const auto& [na, va] : fa) found = found || na == nb;
+        if (!found) out.push_back(concat(nb, ": rank ", rb, " has ", vb, ", rank 0 does not set it"));
+    }
+    return out;
+}
+
+} // namespace detail
+
+// Collective: gathers every rank's record. Throws trickle::invalid_argument on every rank
+// if any rank reported a validation error (naming the lowest such rank), and
+// trickle::mismatch_error on every rank if any field differs from rank 0's.
+// Uses host memory; communicators over device memory provide agree_bytes for this.
+template <communicator Comm>
+void agree(Comm& comm, const config_record& mine) {
+    const std::string blob = mine.serialize();
+    const int N = comm.size();
+    std::vector<std::uint64_t> lengths(static_cast<std::size_t>(N));
+    const std::uint64_t my_len = blob.size();
+    comm.all_gather_bytes(&my_len, lengths.data(), sizeof my_len);
+    std::uint64_t width = 0;
+    for (auto l : lengths) width = l > width ? l : width;
+    std::vector<char> padded(width, '\0');
+    std::memcpy(padded.data(), blob.data(), blob.size());
+    std::vector<char> all(width * static_cast<std::size_t>(N));
+    comm.all_gather_bytes(padded.data(), all.data(), width);
+
+    std::vector<config_record> records;
+    for (int r = 0; r < N; ++r)
+        records.push_back(config_record::parse(
+            std::string(all.data() + r * width, lengths[static_cast<std::size_t>(r)])));
+    for (int r = 0; r < N; ++r)
+        if (!records[r].error().empty())
+            throw invalid_argument(N > 1 ? detail::concat("rank ", r, ": ", records[r].error())
+                                         : records[r].error());
+    std::vector<std::string> diffs;
+    for (int r = 1; r < N; ++r)
+        for (auto& d : detail::record_differences(records[0], records[r], r)) diffs.push_back(std::move(d));
+    if (!diffs.empty()) {
+        std::string msg = "workers disagree on the " + mine.kind() + " configuration: ";
+        for (std::size_t i = 0; i < diffs.size(); ++i) msg += (i ? "; " : "") + diffs[i];
+        throw mismatch_error(msg);
+    }
+}
+
+TRICKLE_NAMESPACE_END

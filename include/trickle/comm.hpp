@@ -1,0 +1,5 @@
+// trickle/comm.hpp: the communicator concept and every communicator this build has.
+#pragma once
+
+#include <trickle/comm/communicator.hpp>
+#include <trickle/comm/local.hpp>

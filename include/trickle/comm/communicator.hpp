@@ -1,0 +1,90 @@
+// trickle/comm/communicator.hpp: the communicator concept and its traffic accounting.
+#pragma once
+
+#include <trickle/config.hpp>
+#include <trickle/core/memory_space.hpp>
+
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+
+TRICKLE_NAMESPACE_BEGIN
+
+// Bytes a worker sent and received through a communicator, counted by the communicator
+// itself with the cost model documented for each operation in docs/communicators.md:
+//   all_reduce_sum of B bytes over N ranks, rank r owning chunk c_r (ring reduce-scatter +
+//     all-gather): sent = received = (B - c_r) + (N - 1) * c_r   (= 2 (N-1)/N * B when N | B)
+//   all_gather_bytes of b bytes per rank: sent = received = (N - 1) * b
+//   send_recv: sent = the bytes sent, received = the bytes received
+//   broadcast of B bytes: the root sends (N - 1) * B, every other rank receives B
+struct traffic_counters {
+    std::uint64_t bytes_sent = 0;
+    std::uint64_t bytes_received = 0;
+    std::uint64_t calls = 0;
+
+    friend traffic_counters operator-(const traffic_counters& a, const traffic_counters& b) {
+        return {a.bytes_sent - b.bytes_sent, a.bytes_received - b.bytes_received, a.calls - b.calls};
+    }
+    friend traffic_counters& operator+=(traffic_counters& a, const traffic_counters& b) {
+        a.bytes_sent += b.bytes_sent;
+        a.bytes_received += b.bytes_received;
+        a.calls += b.calls;
+        return a;
+    }
+    friend bool operator==(const traffic_counters&, const traffic_counters&) = default;
+};
+
+namespace detail {
+
+// Elements of chunk r when n elements are split over `ranks` as evenly as possible
+// (the first n % ranks chunks hold one more).
+constexpr std::size_t chunk_size(std::size_t n, int ranks, int r) {
+    const auto N = static_cast<std::size_t>(ranks);
+    return n / N + (static_cast<std::size_t>(r) < n % N ? 1 : 0);
+}
+
+constexpr std::size_t chunk_begin(std::size_t n, int ranks, int r) {
+    const auto N = static_cast<std::size_t>(ranks);
+    const auto R = static_cast<std::size_t>(r);
+    return R * (n / N) + (R < n % N ? R : n % N);
+}
+
+// Bytes rank r sends (and receives) in an all-reduce of n elements of elem_bytes each.
+constexpr std::uint64_t all_reduce_bytes(std::size_t n, std::size_t elem_bytes, int ranks, int r) {
+    if (ranks <= 1) return 0;
+    const std::uint64_t c = chunk_size(n, ranks, r);
+    return ((n - c) + static_cast<std::uint64_t>(ranks - 1) * c) * elem_bytes;
+}
+
+} // namespace detail
+
+// A communicator links `size()` workers. Every operation is collective over all ranks
+// unless stated, and blocks (host communicators) or is enqueued on the communicator's
+// stream (comm::nccl). Data pointers are in memory_space; all_gather_bytes is a
+// control-plane operation (configuration agreement, checkpoint checks) on host memory
+// with every communicator, and may synchronize.
+//   rank(), size()
+//   all_reduce_sum(float* data, n)              in place: data = sum over ranks, identical on every rank
+//   all_gather_bytes(const void* send, void* recv, b)   recv[r*b .. (r+1)*b) = rank r's send
+//   send_recv(const float* send, n, dst, float* recv, m, src)   send to dst, receive from src
+//   broadcast(float* data, n, root)
+//   barrier()
+//   traffic()                                   the counters above
+//   synchronize()                               waits until queued work is done (no-op on host)
+template <class C>
+concept communicator = requires(C& c, const C& cc, float* f, const float* cf, std::size_t n, int peer,
+                                void* v, const void* cv) {
+    typename C::memory_space;
+    requires memory_space<typename C::memory_space>;
+    { cc.rank() } -> std::convertible_to<int>;
+    { cc.size() } -> std::convertible_to<int>;
+    c.all_reduce_sum(f, n);
+    c.all_gather_bytes(cv, v, n);
+    c.send_recv(cf, n, peer, f, n, peer);
+    c.broadcast(f, n, peer);
+    c.barrier();
+    c.synchronize();
+    { cc.traffic() } -> std::convertible_to<traffic_counters>;
+};
+
+TRICKLE_NAMESPACE_END

@@ -1,0 +1,10 @@
+// trickle/core.hpp: the core layer (element types, views, parameter groups, Philox).
+#pragma once
+
+#include <trickle/config.hpp>
+#include <trickle/core/dtype.hpp>
+#include <trickle/core/memory_space.hpp>
+#include <trickle/core/param_group.hpp>
+#include <trickle/core/philox.hpp>
+#include <trickle/core/tensor_view.hpp>
+#include <trickle/error.hpp>

@@ -1,0 +1,129 @@
+// trickle/exec/buffer.hpp: owning scratch buffers allocated in a memory space.
+#pragma once
+
+#include <trickle/config.hpp>
+#include <trickle/core/memory_space.hpp>
+#include <trickle/core/tensor_view.hpp>
+#include <trickle/error.hpp>
+
+#include <cstddef>
+#include <cstring>
+#include <new>
+#include <type_traits>
+#include <utility>
+
+TRICKLE_NAMESPACE_BEGIN
+
+// How host memory is allocated. pinned (page-locked, cudaMallocHost) needs the CUDA
+// runtime; it lets device kernels and copies reach host-resident state quickly.
+enum class host_alloc { pageable, pinned };
+
+// An owning, move-only array of n trivially copyable T in memory space Space. Host
+// buffers are 64-byte aligned and zero-initialized; CUDA buffers come from cudaMalloc
+// and are zeroed with cudaMemset.
+template <class T, class Space = host_space>
+class buffer {
+    static_assert(std::is_trivially_copyable_v<T>, "buffer<T>: T must be trivially copyable");
+    static_assert(memory_space<Space>, "Space must be trickle::host_space or trickle::cuda_space");
+
+public:
+    static constexpr std::size_t alignment = 64;
+
+    buffer() = default;
+
+    explicit buffer(std::size_t n, host_alloc how = host_alloc::pageable) : size_(n), how_(how) {
+        if (n == 0) return;
+        if (n > static_cast<std::size_t>(-1) / sizeof(T) / 2)
+            throw invalid_argument(detail::concat("buffer: ", n, " elements is too large"));
+        const std::size_t bytes = n * sizeof(T);
+        if constexpr (std::is_same_v<Space, cuda_space>) {
+#if TRICKLE_HAS_CUDA
+            void* p = nullptr;
+            TRICKLE_CUDA_CHECK(cudaMalloc(&p, bytes));
+            data_ = static_cast<T*>(p);
+            const cudaError_t rc = cudaMemset(p, 0, bytes);
+            if (rc != cudaSuccess) {
+                cudaFree(p);
+                data_ = nullptr;
+                detail::check_cuda(rc, "cudaMemset(p, 0, bytes)", __FILE__, __LINE__);
+            }
+#else
+            throw invalid_argument("buffer<T, cuda_space>: this build has no CUDA runtime");
+#endif
+        } else if (how == host_alloc::pinned) {
+#if TRICKLE_HAS_CUDA
+            void* p = nullptr;
+            TRICKLE_CUDA_CHECK(cudaMallocHost(&p, bytes));
+            data_ = static_cast<T*>(p);
+            std::memset(p, 0, bytes);
+#else
+            throw invalid_argument("buffer: pinned host memory needs the CUDA runtime");
+#endif
+        } else {
+            data_ = static_cast<T*>(::operator new(bytes, std::align_val_t{alignment}));
+            std::memset(static_cast<void*>(data_), 0, bytes);
+        }
+    }
+
+    buffer(const buffer&) = delete;
+    buffer& operator=(const buffer&) = delete;
+    buffer(buffer&& o) noexcept
+        : data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)), how_(o.how_) {}
+    buffer& operator=(buffer&& o) noexcept {
+        if (this != &o) {
+            release();
+            data_ = std::exchange(o.data_, nullptr);
+            size_ = std::exchange(o.size_, 0);
+            how_ = o.how_;
+        }
+        return *this;
+    }
+    ~buffer() { release(); }
+
+    T* data() { return data_; }
+    const T* data() const { return data_; }
+    std::size_t size() const { return size_; }
+    std::size_t size_bytes() const { return size_ * sizeof(T); }
+    bool empty() const { return size_ == 0; }
+    tensor_view<T, Space> view() { return {data_, size_}; }
+    tensor_view<const T, Space> view() const { return {data_, size_}; }
+
+private:
+    void release() noexcept {
+        if (data_ == nullptr) return;
+        if constexpr (std::is_same_v<Space, cuda_space>) {
+#if TRICKLE_HAS_CUDA
+            cudaFree(data_);
+#endif
+        } else if (how_ == host_alloc::pinned) {
+#if TRICKLE_HAS_CUDA
+            cudaFreeHost(data_);
+#endif
+        } else {
+            ::operator delete(static_cast<void*>(data_), std::align_val_t{alignment});
+        }
+        data_ = nullptr;
+    }
+
+    T* data_ = nullptr;
+    std::size_t size_ = 0;
+    host_alloc how_ = host_alloc::pageable;
+};
+
+// Copies count elements between memory spaces (synchronously; for set-up, checkpoints
+// and tests, never on the per-step path).
+template <class DstSpace, class SrcSpace, class T>
+void copy_elements(T* dst, const T* src, std::size_t count) {
+    if (count == 0) return;
+    if constexpr (std::is_same_v<DstSpace, host_space> && std::is_same_v<SrcSpace, host_space>) {
+        std::memcpy(static_cast<void*>(dst), static_cast<const void*>(src), count * sizeof(T));
+    } else {
+#if TRICKLE_HAS_CUDA
+        TRICKLE_CUDA_CHECK(cudaMemcpy(dst, src, count * sizeof(T), cudaMemcpyDefault));
+#else
+        throw invalid_argument("copy_elements: CUDA memory needs the CUDA runtime");
+#endif
+    }
+}
+
+TRICKLE_NAMESPACE_END
