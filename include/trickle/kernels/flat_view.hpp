@@ -1,0 +1,74 @@
+// trickle/kernels/flat_view.hpp: a kernel's view of a parameter group as one flat array.
+#pragma once
+
+#include <trickle/config.hpp>
+#include <trickle/core/dtype.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+TRICKLE_NAMESPACE_BEGIN
+
+// One non-empty tensor of a group, as kernels see it: flat indices
+// [offset, offset + size) live at data[0 .. size).
+template <class T>
+struct segment {
+    T* data;
+    std::size_t offset;
+    std::size_t size;
+};
+
+// The tensors' first flat indices, for code that needs the layout but not the values
+// (samplers). offsets[0..count] lives in the kernels' memory space; offsets[count] == total.
+struct layout_view {
+    const std::size_t* offsets = nullptr; // count + 1 entries
+    std::uint32_t count = 0;
+    std::size_t total = 0;
+
+    // Index of the tensor holding flat index i (i < total): the last s with offsets[s] <= i.
+    TRICKLE_HOST_DEVICE std::uint32_t tensor_of(std::size_t i) const {
+        std::uint32_t lo = 0, hi = count; // invariant: offsets[lo] <= i < offsets[hi]
+        while (hi - lo > 1) {
+            const std::uint32_t mid = lo + (hi - lo) / 2;
+            if (offsets[mid] <= i)
+                lo = mid;
+            else
+                hi = mid;
+        }
+        return lo;
+    }
+};
+
+// A parameter group as one array of `total` elements spread over `count` segments (the
+// group's non-empty tensors, in order). Trivially copyable; the segment table lives in
+// the kernels' memory space.
+template <class T>
+struct flat_view {
+    const segment<T>* segments = nullptr;
+    std::uint32_t count = 0;
+    std::size_t total = 0;
+
+    // Index of the segment holding flat index i (i < total).
+    TRICKLE_HOST_DEVICE std::uint32_t segment_of(std::size_t i) const {
+        std::uint32_t lo = 0, hi = count;
+        while (hi - lo > 1) {
+            const std::uint32_t mid = lo + (hi - lo) / 2;
+            if (segments[mid].offset <= i)
+                lo = mid;
+            else
+                hi = mid;
+        }
+        return lo;
+    }
+
+    TRICKLE_HOST_DEVICE T& operator[](std::size_t i) const {
+        const segment<T>& s = segments[segment_of(i)];
+        return s.data[i - s.offset];
+    }
+};
+
+static_assert(std::is_trivially_copyable_v<flat_view<float>>);
+static_assert(std::is_trivially_copyable_v<layout_view>);
+
+TRICKLE_NAMESPACE_END
