@@ -8,21 +8,31 @@
 #include <cstddef>
 #include <type_traits>
 
-#if TRICKLE_HAS_CUDA
-#include <cuda_runtime_api.h>
+// The CUDA runtime's stream handle type, declared here so exec::cuda exists (and types
+// holding it look the same) in every translation unit, with or without the toolkit.
+struct CUstream_st;
 
 TRICKLE_NAMESPACE_BEGIN
 
 namespace exec {
 
 // Runs kernel bodies as CUDA kernels enqueued on a stream; never synchronizes the host.
+// stream is a cudaStream_t (nullptr: the legacy default stream).
 struct cuda {
     using memory_space = cuda_space;
     static constexpr const char* name = "cuda";
-    cudaStream_t stream = nullptr;
+    CUstream_st* stream = nullptr;
 };
 
 } // namespace exec
+
+TRICKLE_NAMESPACE_END
+
+#if TRICKLE_HAS_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+TRICKLE_NAMESPACE_BEGIN
 
 namespace detail {
 
@@ -35,6 +45,7 @@ struct launch_policy {
     int blocks_per_sm = 8;
 };
 
+#if TRICKLE_HAS_CUDA
 // Multiprocessor count of the current device, cached per device and thread.
 inline int multiprocessor_count() {
     int device = 0;
@@ -47,6 +58,7 @@ inline int multiprocessor_count() {
     if (device < cached_devices) cache[device] = sms;
     return sms;
 }
+#endif
 
 #if TRICKLE_CUDA_COMPILER
 template <class Body>
@@ -60,7 +72,8 @@ __global__ void for_each_index_kernel(std::size_t n, Body body) {
 } // namespace detail
 
 // Enqueues a grid-stride kernel on ex.stream that calls body(i) for every i in [0, n).
-// Needs nvcc: the kernel is instantiated in the calling translation unit.
+// Needs nvcc: the kernel is instantiated in the calling translation unit, and using
+// exec::cuda from a translation unit that g++ compiles is a compile-time error.
 template <class Body>
 void for_each_index(const exec::cuda& ex, std::size_t n, const Body& body) {
 #if TRICKLE_CUDA_COMPILER
@@ -83,4 +96,3 @@ void for_each_index(const exec::cuda& ex, std::size_t n, const Body& body) {
 }
 
 TRICKLE_NAMESPACE_END
-#endif // TRICKLE_HAS_CUDA
