@@ -5,3 +5,4 @@
 #include <trickle/exec/cuda.hpp>
 #include <trickle/exec/execution_space.hpp>
 #include <trickle/exec/host.hpp>
+#include <trickle/exec/workspace.hpp>

@@ -4,4 +4,8 @@
 #include <trickle/core.hpp>
 #include <trickle/exec.hpp>
 #include <trickle/comm.hpp>
-#include <trickle/algorithm/agreement.hpp>
+#include <trickle/kernels.hpp>
+#include <trickle/sampler.hpp>
+#include <trickle/schedule.hpp>
+#include <trickle/topology.hpp>
+#include <trickle/algorithm.hpp>

@@ -1,0 +1,7 @@
+// trickle/algorithm.hpp: the algorithm objects (SPARTA; DiLoCo and their combination).
+#pragma once
+
+#include <trickle/algorithm/agreement.hpp>
+#include <trickle/algorithm/checkpoint.hpp>
+#include <trickle/algorithm/sparta.hpp>
+#include <trickle/algorithm/stats.hpp>

@@ -1,0 +1,9 @@
+// trickle/sampler.hpp: every sampler (which positions an exchange averages).
+#pragma once
+
+#include <trickle/sampler/block.hpp>
+#include <trickle/sampler/feistel.hpp>
+#include <trickle/sampler/layerwise.hpp>
+#include <trickle/sampler/permutation.hpp>
+#include <trickle/sampler/sampler.hpp>
+#include <trickle/sampler/uniform.hpp>

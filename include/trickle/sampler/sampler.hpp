@@ -1,0 +1,80 @@
+// trickle/sampler/sampler.hpp: the sampler and selection concepts shared by every sampler.
+//
+// A sampler decides which flat positions of a parameter group one exchange averages. It
+// never communicates: every worker derives the same positions from the shared seed and
+// the step, so no index list or mask crosses the network. Its output is a selection, a
+// small trivially copyable object that kernels call on the host or the device:
+//   sel.count()   number of values the exchange moves
+//   sel(k)        flat position of value k (k < count); a position >= the group's size
+//                 means "padding": the value travels (as 0) but is never written back
+#pragma once
+
+#include <trickle/algorithm/agreement.hpp>
+#include <trickle/config.hpp>
+#include <trickle/core/philox.hpp>
+#include <trickle/kernels/flat_view.hpp>
+
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+TRICKLE_NAMESPACE_BEGIN
+
+// What a sampler knows when it selects: identical on every worker.
+struct sampler_context {
+    std::uint64_t seed = 0;     // shared by all workers
+    std::uint64_t step = 0;     // 0-based index of the training step that exchanges
+    std::uint64_t exchange = 0; // 0-based index of this exchange among all exchanges
+    double fraction = 0;        // this exchange's fraction of the group, in (0, 1]
+    layout_view layout;         // tensor offsets in the kernels' memory space
+    layout_view host_layout;    // the same offsets in host memory
+};
+
+template <class S>
+concept selection = std::is_trivially_copyable_v<S> && requires(const S& s, std::size_t k) {
+    { s.count() } -> std::convertible_to<std::size_t>;
+    { s(k) } -> std::convertible_to<std::size_t>;
+};
+
+// A sampler policy (concept sampler_policy; the namespace trickle::sampler holds the
+// policies): a copyable object with
+//   static constexpr const char* name
+//   selection auto select(const sampler_context&)    may update the sampler's own state
+//   void describe(config_record&) const              its parameters, and set_error() for bad ones
+// and, when it keeps state between exchanges, save(std::ostream&) const / load(std::istream&).
+template <class S>
+concept sampler_policy = std::copy_constructible<S> &&
+                  requires(S& s, const S& cs, const sampler_context& ctx, config_record& rec) {
+                      { S::name } -> std::convertible_to<const char*>;
+                      { s.select(ctx) } -> selection;
+                      cs.describe(rec);
+                  };
+
+namespace detail {
+
+// Purposes for Philox streams, so no two uses of the shared seed ever draw the same numbers.
+enum class stream_tag : std::uint64_t {
+    uniform = 1,
+    permutation = 2,
+    block = 3,
+    layerwise = 4,
+    drop = 5,
+    user = 64,
+};
+
+// A Philox stream id for (purpose, index): the tag in the top byte, the index below.
+TRICKLE_HOST_DEVICE std::uint64_t stream_id(stream_tag tag, std::uint64_t index) {
+    return (static_cast<std::uint64_t>(tag) << 56) ^ (index & 0x00ffffffffffffffull);
+}
+
+// Rounds p * n to the nearest count, at least 1 and at most n.
+inline std::size_t fraction_count(double p, std::size_t n) {
+    const double c = p * static_cast<double>(n) + 0.5;
+    std::size_t k = c >= static_cast<double>(n) ? n : static_cast<std::size_t>(c);
+    return k == 0 && n != 0 ? 1 : k;
+}
+
+} // namespace detail
+
+TRICKLE_NAMESPACE_END

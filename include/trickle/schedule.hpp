@@ -1,0 +1,4 @@
+// trickle/schedule.hpp: every fraction schedule.
+#pragma once
+
+#include <trickle/schedule/schedule.hpp>

@@ -1,0 +1,145 @@
+// trickle/schedule/schedule.hpp: fraction schedules: how much an exchange at a given step averages.
+//
+// When to exchange is the algorithm's `interval` option (every H steps); a schedule says
+// how much: fraction(step, base) maps the 0-based step and the options' base fraction to
+// the fraction used at that step, in (0, 1]. The SPARTA authors observe that replicas
+// correlate quickly and suggest a larger fraction early that decreases later: linear and
+// cosine decay from the base fraction to end_fraction do that.
+#pragma once
+
+#include <trickle/algorithm/agreement.hpp>
+#include <trickle/config.hpp>
+
+#include <cmath>
+#include <concepts>
+#include <cstdint>
+#include <numbers>
+#include <utility>
+#include <vector>
+
+TRICKLE_NAMESPACE_BEGIN
+
+// A schedule policy (concept schedule_policy; the namespace trickle::schedule holds the
+// policies): a copyable object with
+//   static constexpr const char* name
+//   double fraction(std::uint64_t step, double base) const    in (0, 1] for valid parameters
+//   void describe(config_record&) const                       its parameters; set_error() for bad ones
+template <class S>
+concept schedule_policy = std::copy_constructible<S> && requires(const S& s, std::uint64_t step, double base,
+                                                          config_record& rec) {
+    { S::name } -> std::convertible_to<const char*>;
+    { s.fraction(step, base) } -> std::convertible_to<double>;
+    s.describe(rec);
+};
+
+namespace detail {
+inline bool valid_fraction(double p) { return std::isfinite(p) && p > 0.0 && p <= 1.0; }
+} // namespace detail
+
+namespace schedule {
+
+// The base fraction at every step.
+struct constant {
+    static constexpr const char* name = "constant";
+    double fraction(std::uint64_t, double base) const { return base; }
+    void describe(config_record& rec) const { rec.add("schedule", name); }
+};
+
+// From the base fraction at step 0 to end_fraction at step `steps`, linearly; then constant.
+struct linear {
+    static constexpr const char* name = "linear";
+    double end_fraction = 0.001;
+    std::uint64_t steps = 1000;
+
+    double fraction(std::uint64_t step, double base) const {
+        if (step >= steps) return end_fraction;
+        const double t = static_cast<double>(step) / static_cast<double>(steps);
+        return base + (end_fraction - base) * t;
+    }
+    void describe(config_record& rec) const {
+        rec.add("schedule", name).add("end_fraction", end_fraction).add("schedule_steps", steps);
+        if (!detail::valid_fraction(end_fraction))
+            rec.set_error(detail::concat("schedule::linear: end_fraction must be in (0, 1], got ", end_fraction));
+        if (steps < 1) rec.set_error("schedule::linear: steps must be >= 1");
+    }
+};
+
+// From the base fraction to end_fraction along half a cosine over `steps`; then constant.
+struct cosine {
+    static constexpr const char* name = "cosine";
+    double end_fraction = 0.001;
+    std::uint64_t steps = 1000;
+
+    double fraction(std::uint64_t step, double base) const {
+        if (step >= steps) return end_fraction;
+        const double t = static_cast<double>(step) / static_cast<double>(steps);
+        return end_fraction + (base - end_fraction) * 0.5 * (1.0 + std::cos(std::numbers::pi * t));
+    }
+    void describe(config_record& rec) const {
+        rec.add("schedule", name).add("end_fraction", end_fraction).add("schedule_steps", steps);
+        if (!detail::valid_fraction(end_fraction))
+            rec.set_error(detail::concat("schedule::cosine: end_fraction must be in (0, 1], got ", end_fraction));
+        if (steps < 1) rec.set_error("schedule::cosine: steps must be >= 1");
+    }
+};
+
+// Piecewise constant: the base fraction until the first point's step, then each point's
+// fraction from its step on. Points must be sorted by strictly increasing step.
+struct piecewise {
+    static constexpr const char* name = "piecewise";
+    std::vector<std::pair<std::uint64_t, double>> points;
+
+    double fraction(std::uint64_t step, double base) const {
+        double p = base;
+        for (const auto& [from, f] : points) {
+            if (step < from) break;
+            p = f;
+        }
+        return p;
+    }
+    void describe(config_record& rec) const {
+        rec.add("schedule", name);
+        for (std::size_t i = 0; i < points.size(); ++i) {
+            rec.add(detail::concat("point", i), detail::concat(points[i].first, ":", points[i].second));
+            if (!detail::valid_fraction(points[i].second))
+                rec.set_error(detail::concat("schedule::piecewise: fraction of point ", i, " must be in (0, 1], got ",
+                                             points[i].second));
+            if (i > 0 && points[i].first <= points[i - 1].first)
+                rec.set_error("schedule::piecewise: steps must be strictly increasing");
+        }
+    }
+};
+
+// Ramps from start_fraction at step 0 to what `then` gives at step `steps`, linearly;
+// afterwards follows `then` (which sees the real step).
+template <class Then = constant>
+struct warmup {
+    static constexpr const char* name = "warmup";
+    std::uint64_t steps = 100;
+    double start_fraction = 0.05;
+    Then then{};
+
+    double fraction(std::uint64_t step, double base) const {
+        if (step >= steps) return then.fraction(step, base);
+        const double target = then.fraction(steps, base);
+        const double t = static_cast<double>(step) / static_cast<double>(steps);
+        return start_fraction + (target - start_fraction) * t;
+    }
+    void describe(config_record& rec) const {
+        rec.add("schedule", name).add("warmup_steps", steps).add("start_fraction", start_fraction);
+        config_record inner;
+        then.describe(inner);
+        for (const auto& [k, v] : inner.fields()) rec.add("then_" + k, v);
+        if (!inner.error().empty()) rec.set_error(inner.error());
+        if (!detail::valid_fraction(start_fraction))
+            rec.set_error(detail::concat("schedule::warmup: start_fraction must be in (0, 1], got ", start_fraction));
+        if (steps < 1) rec.set_error("schedule::warmup: steps must be >= 1");
+    }
+};
+
+} // namespace schedule
+
+static_assert(schedule_policy<schedule::constant>);
+static_assert(schedule_policy<schedule::warmup<schedule::cosine>>);
+
+TRICKLE_NAMESPACE_END

@@ -1,0 +1,31 @@
+// trickle/topology/all_reduce.hpp: the exact mean over all workers, in one all-reduce call.
+#pragma once
+
+#include <trickle/algorithm/agreement.hpp>
+#include <trickle/config.hpp>
+#include <trickle/exec/workspace.hpp>
+#include <trickle/topology/topology.hpp>
+
+#include <cstddef>
+
+TRICKLE_NAMESPACE_BEGIN
+
+namespace topology {
+
+// Every worker ends with the sum over all workers: one all_reduce_sum of the packed
+// buffer. Each worker sends and receives about 2(N-1)/N of the buffer (ring model).
+struct all_reduce {
+    static constexpr const char* name = "all_reduce";
+
+    template <class Exec, class Comm, class Space>
+    int reduce(const Exec&, Comm& comm, float* buf, std::size_t n, workspace<float, Space, 4>&) const {
+        comm.all_reduce_sum(buf, n);
+        return comm.size();
+    }
+
+    void describe(config_record& rec) const { rec.add("topology", name); }
+};
+
+} // namespace topology
+
+TRICKLE_NAMESPACE_END

@@ -1,0 +1,51 @@
+// trickle/topology/ring.hpp: gossip on a ring: each worker averages with its two neighbours.
+#pragma once
+
+#include <trickle/algorithm/agreement.hpp>
+#include <trickle/config.hpp>
+#include <trickle/exec/execution_space.hpp>
+#include <trickle/exec/workspace.hpp>
+#include <trickle/kernels/sparse_exchange.hpp>
+#include <trickle/topology/topology.hpp>
+
+#include <cstddef>
+
+TRICKLE_NAMESPACE_BEGIN
+
+namespace topology {
+
+// Worker r averages with r-1 and r+1 (mod N): buf <- (left + self + right) / 3. The
+// mixing matrix is doubly stochastic, so the mean over all workers is preserved and
+// repeated exchanges converge to it. Each worker sends its buffer to two neighbours
+// and receives two, whatever N: traffic per worker stays constant as workers are added
+// (an all-reduce also stays near 2x per worker, but needs every worker in every call).
+// With two workers the neighbours coincide and it is the exact pairwise mean; with one,
+// nothing moves.
+struct ring {
+    static constexpr const char* name = "ring";
+
+    template <class Exec, class Comm, class Space>
+    int reduce(const Exec& ex, Comm& comm, float* buf, std::size_t n, workspace<float, Space, 4>& ws) const {
+        const int N = comm.size();
+        if (N == 1) return 1;
+        const int r = comm.rank();
+        const int right = (r + 1) % N;
+        const int left = (r + N - 1) % N;
+        float* from_left = ws.get(2, n);
+        comm.send_recv(buf, n, right, from_left, n, left);
+        if (N == 2) {
+            for_each_index(ex, n, add_body{buf, from_left});
+            return 2;
+        }
+        float* from_right = ws.get(3, n);
+        comm.send_recv(buf, n, left, from_right, n, right);
+        for_each_index(ex, n, add_neighbours_body{buf, from_left, from_right});
+        return 3;
+    }
+
+    void describe(config_record& rec) const { rec.add("topology", name); }
+};
+
+} // namespace topology
+
+TRICKLE_NAMESPACE_END
