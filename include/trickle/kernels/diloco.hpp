@@ -1,0 +1,143 @@
+// trickle/kernels/diloco.hpp: the fused kernel bodies of one DiLoCo outer step (delta, update, snapshot copy).
+//
+// One outer step is two passes over the group, with the communication in between:
+//
+//   outer_delta_body    send[k] = weight * (snapshot[i] - params[i])
+//   ... all-reduce of send into recv (sum or mean over workers) ...
+//   outer_update_body   g = recv[k] * scale; rule.apply(snapshot[i], g, state of i);
+//                       params[i] = T(snapshot[i])
+//
+// and snapshot_copy_body (snapshot[i] = params[i]) starts a run. The snapshot is an fp32
+// master copy, so fp16 and bf16 parameters lose nothing across rounds; the optimizer state
+// is fp32 in the structure-of-arrays layout of outer_state_index (outer/rule.hpp).
+//
+// Index k runs over [0, count) of one launch and i = first + k is the element's flat index
+// in the group: params, snapshot and state are addressed by i, the wire by k. first = 0 with
+// count = params.total is the whole group; a caller that overlaps communication with the
+// update launches one body per chunk, with the wire pointing at that chunk's buffer.
+//
+// The wire is a policy, so a codec can sit between the bodies and the communicator:
+// anything trivially copyable with store(k, float) (the sending side) or float load(k) (the
+// receiving side). dense_wire<W> stores fp32, fp16 or bf16 values; element-wise codecs slot
+// in the same way, while block codecs (a scale per block, as int8 needs) need a per-block
+// pass of their own before the send and after the receive.
+#pragma once
+
+#include <trickle/config.hpp>
+#include <trickle/core/dtype.hpp>
+#include <trickle/kernels/flat_view.hpp>
+#include <trickle/outer/rule.hpp>
+
+#include <cstddef>
+#include <type_traits>
+
+TRICKLE_NAMESPACE_BEGIN
+
+// The sending side of a wire: stores one fp32 value per index.
+template <class S>
+concept wire_sink = std::is_trivially_copyable_v<S> && requires(const S& s, std::size_t k, float v) {
+    s.store(k, v);
+};
+
+// The receiving side of a wire: loads one value per index as fp32.
+template <class S>
+concept wire_source = std::is_trivially_copyable_v<S> && requires(const S& s, std::size_t k) {
+    { s.load(k) } -> std::convertible_to<float>;
+};
+
+// A plain array of W (float, trickle::half or trickle::bfloat16) in the kernels' memory
+// space, one value per index, rounded to nearest even when W is narrower than fp32.
+template <class W = float>
+struct dense_wire {
+    static_assert(element_type<W>, "dense_wire<W>: W must be float, trickle::half or trickle::bfloat16");
+    W* data = nullptr;
+
+    TRICKLE_HOST_DEVICE void store(std::size_t k, float v) const { data[k] = from_float<W>(v); }
+    TRICKLE_HOST_DEVICE float load(std::size_t k) const { return to_float(data[k]); }
+};
+
+static_assert(wire_sink<dense_wire<float>> && wire_source<dense_wire<bfloat16>>);
+
+// Before communication: this worker's contribution to the outer gradient,
+//     send[k] = weight * (snapshot[i] - float(params[i])),   i = first + k.
+// weight is this worker's weight in a weighted average (1 for a plain one). A worker
+// whose contribution is dropped passes weight 0 and sends exact zeros, even when its
+// parameters hold inf or NaN. When weight_out is set, index 0 also writes weight there,
+// so the weight can travel in the same all-reduce (typically as the element after the
+// deltas) and come back as the weight sum that outer_update_body divides by.
+template <element_type T, wire_sink Send = dense_wire<float>>
+struct outer_delta_body {
+    flat_view<T> params;
+    const float* snapshot = nullptr;
+    Send send{};
+    float weight = 1.0f;
+    float* weight_out = nullptr;
+    std::size_t first = 0;
+
+    TRICKLE_HOST_DEVICE void operator()(std::size_t k) const {
+        const std::size_t i = first + k;
+        const float d = weight == 0.0f ? 0.0f : weight * (snapshot[i] - to_float(params[i]));
+        send.store(k, d);
+        if (k == 0 && weight_out != nullptr) *weight_out = weight;
+    }
+};
+
+// After communication: one outer-optimizer step on the snapshot and the parameters,
+//     g = recv[k] * factor                    factor = scale, or scale / *weight_sum when set
+//     rule.apply(snapshot[i], g, state of i)  (state: Rule::state_slots floats per element)
+//     params[i] = T(snapshot[i])
+// scale is 1 after an averaging all-reduce and 1 / workers after a summing one. weight_sum,
+// when set, points to the reduced sum of the workers' weights (in memory the kernel can
+// read); a sum of 0 (every contribution dropped) gives g = 0 rather than 0 / 0.
+// state holds Rule::state_slots * params.total floats (nullptr when the rule has none);
+// slot s of element i is state[outer_state_index(s, i, params.total)].
+template <element_type T, outer_rule Rule, wire_source Recv = dense_wire<float>>
+struct outer_update_body {
+    flat_view<T> params;
+    float* snapshot = nullptr;
+    float* state = nullptr;
+    Recv recv{};
+    Rule rule{};
+    float scale = 1.0f;
+    const float* weight_sum = nullptr;
+    std::size_t first = 0;
+
+    TRICKLE_HOST_DEVICE void operator()(std::size_t k) const {
+        const std::size_t i = first + k;
+        float factor = scale;
+        if (weight_sum != nullptr) {
+            const float w = *weight_sum;
+            factor = w == 0.0f ? 0.0f : scale / w;
+        }
+        const float g = mul_rn(recv.load(k), factor);
+        float s = snapshot[i];
+        constexpr int slots = Rule::state_slots;
+        if constexpr (slots == 0) {
+            rule.apply(s, g, nullptr);
+        } else {
+            // Gathered into registers so the rule never depends on the memory layout.
+            const std::size_t n = params.total;
+            float st[slots];
+            for (int j = 0; j < slots; ++j) st[j] = state[outer_state_index(j, i, n)];
+            rule.apply(s, g, st);
+            for (int j = 0; j < slots; ++j) state[outer_state_index(j, i, n)] = st[j];
+        }
+        snapshot[i] = s;
+        params[i] = from_float<T>(s);
+    }
+};
+
+// Start of a run (or a resynchronisation): snapshot[i] = float(params[i]), i = first + k.
+template <element_type T>
+struct snapshot_copy_body {
+    flat_view<T> params;
+    float* snapshot = nullptr;
+    std::size_t first = 0;
+
+    TRICKLE_HOST_DEVICE void operator()(std::size_t k) const {
+        const std::size_t i = first + k;
+        snapshot[i] = to_float(params[i]);
+    }
+};
+
+TRICKLE_NAMESPACE_END
