@@ -4,3 +4,4 @@
 #include <trickle/comm/communicator.hpp>
 #include <trickle/comm/local.hpp>
 #include <trickle/comm/mpi.hpp>
+#include <trickle/comm/nccl.hpp>

@@ -1,0 +1,272 @@
+// trickle/comm/nccl.hpp: comm::nccl, one worker per GPU over the trainer's NCCL communicator and CUDA stream.
+//
+// Declares nothing unless TRICKLE_HAS_NCCL and TRICKLE_HAS_CUDA are 1 (link the
+// trickle::nccl CMake target).
+#pragma once
+
+#include <trickle/config.hpp>
+
+#if TRICKLE_HAS_NCCL && TRICKLE_HAS_CUDA
+
+#include <trickle/comm/communicator.hpp>
+#include <trickle/core/memory_space.hpp>
+#include <trickle/error.hpp>
+#include <trickle/exec/buffer.hpp>
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+TRICKLE_NAMESPACE_BEGIN
+
+namespace detail {
+
+inline void check_nccl(ncclResult_t code, const char* call, const char* file, int line) {
+    if (code == ncclSuccess) return;
+    std::string msg = concat("comm::nccl: NCCL call '", call, "' failed at ", file, ':', line, ": ",
+                             ncclGetErrorString(code), " (", static_cast<int>(code), ")");
+    // NCCL keeps a more specific description of the last failure of this thread.
+    const char* last = ncclGetLastError(nullptr);
+    if (last != nullptr && *last != '\0') msg += concat(": ", last);
+    throw comm_error(msg);
+}
+
+// Makes `device` current for a scope and gives the caller back its own device after, so
+// a trainer that drives several GPUs from one thread finds its device unchanged.
+class current_device_scope {
+public:
+    explicit current_device_scope(int device) {
+        TRICKLE_CUDA_CHECK(cudaGetDevice(&previous_));
+        if (previous_ != device) TRICKLE_CUDA_CHECK(cudaSetDevice(device));
+    }
+    current_device_scope(const current_device_scope&) = delete;
+    current_device_scope& operator=(const current_device_scope&) = delete;
+    ~current_device_scope() {
+        int now = previous_;
+        if (cudaGetDevice(&now) == cudaSuccess && now != previous_) (void)cudaSetDevice(previous_);
+    }
+
+private:
+    int previous_ = 0;
+};
+
+} // namespace detail
+
+// Checks an ncclResult_t and throws trickle::comm_error naming the call.
+#define TRICKLE_NCCL_CHECK(call) ::trickle::detail::check_nccl((call), #call, __FILE__, __LINE__)
+
+namespace comm {
+
+// A trickle::communicator over the trainer's NCCL communicator and CUDA stream, neither
+// of which it owns: both must outlive it, and the stream must belong to the
+// communicator's device. Data pointers are device memory (cuda_space).
+//
+// Data operations (all_reduce_sum, send_recv, broadcast) are enqueued on the stream and
+// return at once: the host never waits, and the data is ready for later work on the same
+// stream. Their arguments are checked on this rank only (agreeing across ranks would
+// make the host wait); every rank must pass the same counts and roots, which trickle's
+// algorithms guarantee by agreeing on their layout at construction. all_gather_bytes
+// and barrier are control-plane operations: they check arguments on every rank, and
+// they wait for the stream.
+//
+// Waiting polls the stream and NCCL's asynchronous error state, so a failure NCCL
+// detects (a peer that left, a network error) throws trickle::comm_error instead of
+// blocking for ever. After a comm_error the NCCL communicator is unusable: the trainer
+// should call ncclCommAbort on it.
+class nccl {
+public:
+    using memory_space = cuda_space;
+
+    nccl(ncclComm_t comm, cudaStream_t stream) : comm_(comm), stream_(stream) {
+        require(comm != nullptr, "comm::nccl: the NCCL communicator is null");
+        TRICKLE_NCCL_CHECK(ncclCommUserRank(comm_, &rank_));
+        TRICKLE_NCCL_CHECK(ncclCommCount(comm_, &size_));
+        TRICKLE_NCCL_CHECK(ncclCommCuDevice(comm_, &device_));
+#if CUDART_VERSION >= 12080
+        if (stream_ != nullptr) {
+            int stream_device = -1;
+            TRICKLE_CUDA_CHECK(cudaStreamGetDevice(stream_, &stream_device));
+            require(stream_device == device_, "comm::nccl: the stream belongs to device ", stream_device,
+                    " but the NCCL communicator to device ", device_);
+        }
+#endif
+    }
+
+    nccl(const nccl&) = delete;
+    nccl& operator=(const nccl&) = delete;
+    nccl(nccl&&) noexcept = default;
+    nccl& operator=(nccl&&) noexcept = default;
+    ~nccl() = default;
+
+    int rank() const { return rank_; }
+    int size() const { return size_; }
+    int device() const { return device_; }
+    cudaStream_t stream() const { return stream_; }
+    traffic_counters traffic() const { return traffic_; }
+
+    // In place on the stream: data = elementwise sum over ranks. NCCL's algorithms (ring,
+    // tree, NVLS, CollNet) each reduce an element in one place and copy the result to
+    // every rank, so every rank gets the same bits.
+    void all_reduce_sum(float* data, std::size_t n) {
+        require(n == 0 || data != nullptr, "comm::nccl all_reduce_sum: null pointer with ", n, " elements");
+        if (n != 0) {
+            detail::current_device_scope on(device_);
+            detail::check_pointer_space<cuda_space>(data, "comm::nccl all_reduce_sum: data");
+            TRICKLE_NCCL_CHECK(ncclAllReduce(data, data, n, ncclFloat, ncclSum, comm_, stream_));
+        }
+        const std::uint64_t bytes = detail::all_reduce_bytes(n, sizeof(float), size_, rank_);
+        traffic_.bytes_sent += bytes;
+        traffic_.bytes_received += bytes;
+        ++traffic_.calls;
+    }
+
+    // On the stream: sends n floats to rank dst and receives m floats from rank src, in
+    // one NCCL group so that ring shifts cannot deadlock. dst or src may be this rank.
+    void send_recv(const float* send, std::size_t n, int dst, float* recv, std::size_t m, int src) {
+        require(dst >= 0 && dst < size_ && src >= 0 && src < size_, "comm::nccl send_recv: peer out of range (dst ",
+                dst, ", src ", src, ", size ", size_, ")");
+        require(n == 0 || send != nullptr, "comm::nccl send_recv: null send pointer with ", n, " elements");
+        require(m == 0 || recv != nullptr, "comm::nccl send_recv: null receive pointer with ", m, " elements");
+        if (n != 0 || m != 0) {
+            detail::current_device_scope on(device_);
+            if (n != 0) detail::check_pointer_space<cuda_space>(send, "comm::nccl send_recv: send");
+            if (m != 0) detail::check_pointer_space<cuda_space>(recv, "comm::nccl send_recv: recv");
+            TRICKLE_NCCL_CHECK(ncclGroupStart());
+            // The group must be closed even when a call inside it fails.
+            ncclResult_t rc = ncclSuccess;
+            const char* failed = nullptr;
+            if (n != 0 && (rc = ncclSend(send, n, ncclFloat, dst, comm_, stream_)) != ncclSuccess)
+                failed = "ncclSend(send, n, ncclFloat, dst, comm_, stream_)";
+            if (failed == nullptr && m != 0 && (rc = ncclRecv(recv, m, ncclFloat, src, comm_, stream_)) != ncclSuccess)
+                failed = "ncclRecv(recv, m, ncclFloat, src, comm_, stream_)";
+            const ncclResult_t end = ncclGroupEnd();
+            if (failed != nullptr) detail::check_nccl(rc, failed, __FILE__, __LINE__);
+            TRICKLE_NCCL_CHECK(end);
+        }
+        traffic_.bytes_sent += n * sizeof(float);
+        traffic_.bytes_received += m * sizeof(float);
+        ++traffic_.calls;
+    }
+
+    // On the stream: data on every rank = data on root.
+    void broadcast(float* data, std::size_t n, int root) {
+        require(root >= 0 && root < size_, "comm::nccl broadcast: root ", root, " out of range [0, ", size_, ")");
+        require(n == 0 || data != nullptr, "comm::nccl broadcast: null pointer with ", n, " elements");
+        if (n != 0) {
+            detail::current_device_scope on(device_);
+            detail::check_pointer_space<cuda_space>(data, "comm::nccl broadcast: data");
+            TRICKLE_NCCL_CHECK(ncclBroadcast(data, data, n, ncclFloat, root, comm_, stream_));
+        }
+        if (rank_ == root)
+            traffic_.bytes_sent += static_cast<std::uint64_t>(size_ - 1) * n * sizeof(float);
+        else
+            traffic_.bytes_received += n * sizeof(float);
+        ++traffic_.calls;
+    }
+
+    // Control plane, HOST pointers: recv[r*bytes .. (r+1)*bytes) = rank r's send. Staged
+    // through device scratch and waits for the stream. Every rank first shares its size
+    // and whether its pointers are usable, so a bad argument on any rank throws on all.
+    void all_gather_bytes(const void* send, void* recv, std::size_t bytes) {
+        detail::current_device_scope on(device_);
+        std::string mine_bad;
+        if (bytes != 0 && (send == nullptr || recv == nullptr))
+            mine_bad = "comm::nccl all_gather_bytes: null pointer with a nonzero size";
+        else
+            try {
+                detail::check_pointer_space<host_space>(send, "comm::nccl all_gather_bytes: send");
+                detail::check_pointer_space<host_space>(recv, "comm::nccl all_gather_bytes: recv");
+            } catch (const invalid_argument& e) {
+                mine_bad = e.what();
+            }
+        const auto N = static_cast<std::size_t>(size_);
+        const std::uint64_t header[2] = {bytes, mine_bad.empty() ? 0u : 1u};
+        std::vector<std::uint64_t> headers(2 * N);
+        gather_on_device(header, headers.data(), sizeof header);
+        for (std::size_t r = 0; r < N; ++r)
+            if (headers[2 * r + 1] != 0) {
+                if (!mine_bad.empty()) throw invalid_argument(mine_bad);
+                throw invalid_argument(detail::concat("comm::nccl all_gather_bytes: rank ", r, " passed an invalid buffer"));
+            }
+        for (std::size_t r = 0; r < N; ++r)
+            if (headers[2 * r] != bytes)
+                throw comm_error(detail::concat("comm::nccl all_gather_bytes: ranks passed different sizes: rank ", r,
+                                                " passed ", headers[2 * r], " bytes, rank ", rank_, " passed ", bytes));
+        if (bytes != 0) gather_on_device(send, recv, bytes);
+        traffic_.bytes_sent += static_cast<std::uint64_t>(size_ - 1) * bytes;
+        traffic_.bytes_received += static_cast<std::uint64_t>(size_ - 1) * bytes;
+        ++traffic_.calls;
+    }
+
+    // Returns when every rank has reached the barrier and this rank's stream is drained.
+    void barrier() {
+        detail::current_device_scope on(device_);
+        if (token_.empty()) token_ = buffer<float, cuda_space>(1);
+        TRICKLE_NCCL_CHECK(ncclAllReduce(token_.data(), token_.data(), 1, ncclFloat, ncclSum, comm_, stream_));
+        wait("barrier");
+    }
+
+    // Waits until the work queued on the stream (trickle's and the trainer's) is done.
+    void synchronize() {
+        detail::current_device_scope on(device_);
+        wait("synchronize");
+    }
+
+private:
+    // recv (host, size_ * bytes) = every rank's send (host, bytes), through device scratch;
+    // waits. The current device must be device_.
+    void gather_on_device(const void* send, void* recv, std::size_t bytes) {
+        const std::size_t total = bytes * static_cast<std::size_t>(size_);
+        if (scratch_.size() < total) scratch_ = buffer<unsigned char, cuda_space>(total);
+        unsigned char* slot = scratch_.data() + static_cast<std::size_t>(rank_) * bytes;
+        TRICKLE_CUDA_CHECK(cudaMemcpyAsync(slot, send, bytes, cudaMemcpyHostToDevice, stream_));
+        TRICKLE_NCCL_CHECK(ncclAllGather(slot, scratch_.data(), bytes, ncclUint8, comm_, stream_));
+        TRICKLE_CUDA_CHECK(cudaMemcpyAsync(recv, scratch_.data(), total, cudaMemcpyDeviceToHost, stream_));
+        wait("all_gather_bytes");
+    }
+
+    // Polls rather than cudaStreamSynchronize: NCCL reports a failed peer through
+    // ncclCommGetAsyncError while its kernels may keep the stream busy for ever.
+    void wait(const char* op) {
+        for (;;) {
+            const cudaError_t q = cudaStreamQuery(stream_);
+            if (q == cudaSuccess) break;
+            if (q != cudaErrorNotReady) detail::check_cuda(q, "cudaStreamQuery(stream_)", __FILE__, __LINE__);
+            check_async(op);
+            std::this_thread::yield();
+        }
+        check_async(op);
+    }
+
+    void check_async(const char* op) {
+        ncclResult_t state = ncclSuccess;
+        TRICKLE_NCCL_CHECK(ncclCommGetAsyncError(comm_, &state));
+        if (state != ncclSuccess && state != ncclInProgress)
+            throw comm_error(detail::concat("comm::nccl ", op, ": the NCCL communicator failed: ",
+                                            ncclGetErrorString(state), " (", static_cast<int>(state),
+                                            "); call ncclCommAbort on it"));
+    }
+
+    ncclComm_t comm_;
+    cudaStream_t stream_;
+    int rank_ = 0;
+    int size_ = 1;
+    int device_ = 0;
+    traffic_counters traffic_{};
+    buffer<unsigned char, cuda_space> scratch_;
+    buffer<float, cuda_space> token_;
+};
+
+static_assert(communicator<nccl>);
+
+} // namespace comm
+
+TRICKLE_NAMESPACE_END
+
+#endif // TRICKLE_HAS_NCCL && TRICKLE_HAS_CUDA
