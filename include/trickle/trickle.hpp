@@ -8,4 +8,5 @@
 #include <trickle/sampler.hpp>
 #include <trickle/schedule.hpp>
 #include <trickle/topology.hpp>
+#include <trickle/outer.hpp>
 #include <trickle/algorithm.hpp>

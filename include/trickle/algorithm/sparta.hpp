@@ -125,6 +125,12 @@ public:
         stats_.dense_bytes += dense_per_step_;
     }
 
+    // Counts a step without exchanging (used by sparta_diloco at the end of an outer round).
+    void skip_step() {
+        ++stats_.steps;
+        stats_.dense_bytes += dense_per_step_;
+    }
+
     const exchange_stats& stats() const { return stats_; }
     const sparta_options& options() const { return options_; }
     const Sampler& sampler() const { return sampler_; }

@@ -1,0 +1,463 @@
+// trickle/algorithm/diloco.hpp: DiLoCo, and SPARTA + DiLoCo, as objects called after each optimizer step.
+//
+// DiLoCo: every worker keeps the snapshot, the parameters at the start of the outer
+// round. Every H inner steps, one pass computes the outer gradient
+// delta = snapshot - params straight into the send buffer, one communication call
+// averages it over the workers (weighted, with dropped contributions renormalized), and
+// one pass applies the outer optimizer to the snapshot with the averaged delta as its
+// gradient and copies the result into the parameters. The trainer's inner optimizer and
+// its state are never touched. Only deltas travel: one reduction per outer step, never
+// the parameters plus a broadcast.
+#pragma once
+
+#include <trickle/algorithm/agreement.hpp>
+#include <trickle/algorithm/checkpoint.hpp>
+#include <trickle/algorithm/detail/erased.hpp>
+#include <trickle/algorithm/flat_params.hpp>
+#include <trickle/algorithm/sparta.hpp>
+#include <trickle/algorithm/stats.hpp>
+#include <trickle/comm/communicator.hpp>
+#include <trickle/config.hpp>
+#include <trickle/core/param_group.hpp>
+#include <trickle/core/philox.hpp>
+#include <trickle/error.hpp>
+#include <trickle/exec/buffer.hpp>
+#include <trickle/exec/execution_space.hpp>
+#include <trickle/exec/workspace.hpp>
+#include <trickle/kernels/diloco.hpp>
+#include <trickle/outer/momentum.hpp>
+#include <trickle/outer/outer_optimizer.hpp>
+#include <trickle/sampler/sampler.hpp>
+#include <trickle/topology/all_reduce.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <istream>
+#include <memory>
+#include <ostream>
+#include <sstream>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+TRICKLE_NAMESPACE_BEGIN
+
+// Options of DiLoCo's outer step. All but `weight` must be equal on every worker.
+struct diloco_options {
+    std::uint64_t interval = 500;     // H: an outer step after every H-th inner step (>= 1)
+    std::uint64_t seed = 0;           // shared seed (dropped-communication draws)
+    float weight = 1.0f;              // this worker's weight in the average (e.g. its shard size); >= 0
+    double drop_probability = 0.0;    // q in [0, 1): each worker's contribution to an outer step is dropped with probability q
+    double prune_fraction = 0.0;      // in [0, 1): zero this fraction of each tensor's delta, smallest magnitudes first
+    bool broadcast_initial = true;    // at construction, give every worker rank 0's parameters (set false when
+                                      // resuming from a checkpoint with parameters the trainer restored)
+    bool state_in_pinned_host = false; // cuda_space only: keep snapshot and optimizer state in pinned host memory
+};
+
+namespace detail {
+
+// Writes params[i] = T(snapshot[i]).
+template <class T>
+struct params_from_snapshot_body {
+    flat_view<T> params;
+    const float* snapshot;
+    TRICKLE_HOST_DEVICE void operator()(std::size_t i) const { params[i] = from_float<T>(snapshot[i]); }
+};
+
+// The execution space used for one-off work at construction.
+template <class Space, class Comm>
+auto construction_exec(Comm& comm) {
+    if constexpr (std::is_same_v<Space, host_space>) {
+        (void)comm;
+        return exec::host{};
+    } else {
+        exec::cuda ex{};
+        if constexpr (requires { comm.stream(); }) ex.stream = comm.stream();
+        return ex;
+    }
+}
+
+// Whether `rank`'s contribution to outer step `outer_index` is dropped: a pure function
+// of the shared seed, so every worker computes the same answer for every worker.
+inline bool dropped_contribution(std::uint64_t seed, double q, std::uint64_t outer_index, int rank) {
+    if (q <= 0.0) return false;
+    const std::uint64_t w = random_u64(seed, stream_id(stream_tag::drop, outer_index), static_cast<std::uint64_t>(rank));
+    return uniform01_d(w) < q;
+}
+
+} // namespace detail
+
+// The DiLoCo engine for parameters of type T in memory space Space over communicator
+// Comm, with an outer optimizer Outer (concept outer_optimizer) and a Topology for the
+// delta averaging. Most code uses trickle::diloco<...>, which hides T, Space and Comm.
+template <class Outer, class Topology, class T, class Space, class Comm>
+class diloco_engine {
+    static_assert(outer_optimizer<Outer>, "Outer must satisfy trickle::outer_optimizer");
+    static_assert(topology_policy<Topology>, "Topology must satisfy trickle::topology_policy");
+    static_assert(communicator<Comm>, "Comm must satisfy trickle::communicator");
+    static_assert(std::is_same_v<typename Comm::memory_space, Space>,
+                  "the communicator moves memory in a different space than the parameters live in");
+
+public:
+    using memory_space = Space;
+    using value_type = T;
+    static constexpr const char* kind = "diloco";
+
+    // Collective. Validates options, agrees on the configuration across workers, checks
+    // that the weights do not sum to zero, then (by default) gives every worker rank 0's
+    // parameters and takes them as the first snapshot.
+    diloco_engine(const param_group<T, Space>& group, Comm& comm, diloco_options options, Outer outer = {},
+                  Topology topology = {})
+        : comm_(comm), options_(options), outer_(std::move(outer)), topology_(std::move(topology)) {
+        config_record rec = describe(group);
+        // A checkpoint may be restored into an object built with or without the initial
+        // broadcast (a resumed run must not overwrite its parameters with rank 0's), so
+        // that option is agreed on but not part of the checkpoint's configuration hash.
+        config_hash_ = detail::fnv1a(rec.serialize());
+        rec.add("broadcast_initial", options_.broadcast_initial);
+        agree(comm_, rec);
+        check_weights();
+        flat_ = flat_params<T, Space>(group);
+        n_ = group.total_size();
+        allocate();
+        dense_per_step_ = detail::all_reduce_bytes(n_, sizeof(float), comm_.size(), comm_.rank());
+        const auto ex = detail::construction_exec<Space>(comm_);
+        for_each_index(ex, n_, snapshot_copy_body<T>{flat_.view(), snapshot_, 0});
+        if (options_.broadcast_initial && comm_.size() > 1) {
+            comm_.broadcast(snapshot_, n_, 0);
+            for_each_index(ex, n_, detail::params_from_snapshot_body<T>{flat_.view(), snapshot_});
+        }
+        comm_.synchronize();
+    }
+
+    diloco_engine(const diloco_engine&) = delete;
+    diloco_engine& operator=(const diloco_engine&) = delete;
+
+    // Call after every inner optimizer step, on every worker.
+    template <class Exec>
+    void step(const Exec& ex) {
+        static_assert(can_access_v<Exec, Space>, "diloco::step: this execution space cannot reach the parameters");
+        detail::check_same_stream(comm_, ex, kind);
+        const std::uint64_t t = stats_.steps;
+        if ((t + 1) % options_.interval == 0) outer_step(ex);
+        stats_.steps = t + 1;
+        stats_.dense_bytes += dense_per_step_;
+    }
+
+    // True when the next inner step completes an outer round.
+    bool outer_step_due() const { return (stats_.steps + 1) % options_.interval == 0; }
+
+    const exchange_stats& stats() const { return stats_; }
+    const diloco_options& options() const { return options_; }
+    std::uint64_t outer_steps_applied() const { return outer_t_; }
+    std::uint64_t outer_steps_skipped() const { return skipped_; }
+
+    // Whether `rank`'s contribution to outer step `outer_index` (0-based) is dropped.
+    bool dropped(int rank, std::uint64_t outer_index) const {
+        return detail::dropped_contribution(options_.seed, options_.drop_probability, outer_index, rank);
+    }
+
+    // The snapshot (fp32) copied to the host, for inspection and tests.
+    std::vector<float> snapshot() const {
+        comm_.synchronize();
+        std::vector<float> out(n_);
+        copy_elements<host_space, Space>(out.data(), snapshot_, n_);
+        return out;
+    }
+
+    void save(std::ostream& os) const {
+        comm_.synchronize();
+        detail::checkpoint_writer w(os);
+        w.header(kind, config_hash_);
+        w.section("stats", &stats_, sizeof stats_);
+        w.pod(outer_t_);
+        w.pod(skipped_);
+        w.pod(attempts_);
+        const std::vector<float> snap = snapshot();
+        w.section("snapshot", snap.data(), snap.size() * sizeof(float));
+        std::vector<float> st(state_floats_);
+        copy_elements<host_space, Space>(st.data(), state_, state_floats_);
+        w.section("outer_state", st.data(), st.size() * sizeof(float));
+        w.finish();
+    }
+
+    // Collective; every worker throws the same error if any worker's checkpoint is bad or
+    // at a different step, and then nothing changes. The parameters are not part of the
+    // checkpoint: the trainer restores them with its own state.
+    void load(std::istream& is, const std::string& source = "stream") {
+        std::string err;
+        exchange_stats st{};
+        std::uint64_t outer_t = 0, skipped = 0, attempts = 0;
+        std::vector<float> snap(n_), state(state_floats_);
+        try {
+            if (!is) throw invalid_argument("checkpoint: cannot read " + source);
+            detail::checkpoint_reader r(is);
+            r.header(kind, config_hash_);
+            r.section("stats", &st, sizeof st);
+            outer_t = r.pod<std::uint64_t>();
+            skipped = r.pod<std::uint64_t>();
+            attempts = r.pod<std::uint64_t>();
+            r.section("snapshot", snap.data(), snap.size() * sizeof(float));
+            r.section("outer_state", state.data(), state.size() * sizeof(float));
+            r.finish();
+        } catch (const error& e) {
+            err = e.what();
+        }
+        config_record rec("diloco checkpoint");
+        rec.add("step", st.steps).add("outer_steps", outer_t).add("outer_attempts", attempts);
+        if (!err.empty()) rec.set_error(err);
+        agree(comm_, rec);
+        comm_.synchronize();
+        copy_elements<Space, host_space>(snapshot_, snap.data(), n_);
+        copy_elements<Space, host_space>(state_, state.data(), state_floats_);
+        stats_ = st;
+        outer_t_ = outer_t;
+        skipped_ = skipped;
+        attempts_ = attempts;
+    }
+
+private:
+    config_record describe(const param_group<T, Space>& group) const {
+        config_record rec(kind);
+        rec.add("trickle", detail::concat(TRICKLE_VERSION_MAJOR, '.', TRICKLE_VERSION_MINOR));
+        detail::describe_group(rec, group, comm_.size());
+        const auto& o = options_;
+        rec.add("interval", o.interval)
+            .add("seed", o.seed)
+            .add("drop_probability", o.drop_probability)
+            .add("prune_fraction", o.prune_fraction)
+            .add("state_in_pinned_host", o.state_in_pinned_host);
+        if (o.interval < 1) rec.set_error("diloco: interval (H) must be >= 1, got 0");
+        if (!(std::isfinite(o.weight) && o.weight >= 0.0f))
+            rec.set_error(detail::concat("diloco: weight must be finite and >= 0, got ", o.weight));
+        if (!(o.drop_probability >= 0.0 && o.drop_probability < 1.0))
+            rec.set_error(detail::concat("diloco: drop_probability must be in [0, 1), got ", o.drop_probability));
+        if (!(o.prune_fraction >= 0.0 && o.prune_fraction < 1.0))
+            rec.set_error(detail::concat("diloco: prune_fraction must be in [0, 1), got ", o.prune_fraction));
+        if constexpr (!std::is_same_v<Space, host_space>) {
+            if (o.prune_fraction > 0.0)
+                rec.set_error("diloco: outer-gradient pruning runs on host_space parameters only in this version");
+        } else {
+            if (o.state_in_pinned_host)
+                rec.set_error("diloco: state_in_pinned_host applies to cuda_space parameters only");
+        }
+        outer_.describe(rec);
+        topology_.describe(rec);
+        return rec;
+    }
+
+    // Collective: the weights (which differ between workers) must not sum to zero.
+    void check_weights() {
+        const int N = comm_.size();
+        std::vector<float> all(static_cast<std::size_t>(N));
+        comm_.all_gather_bytes(&options_.weight, all.data(), sizeof(float));
+        double sum = 0;
+        for (float w : all) sum += w;
+        if (!(sum > 0.0)) throw invalid_argument("diloco: the workers' weights sum to zero");
+    }
+
+    void allocate() {
+        state_floats_ = outer_state_floats<Outer>(n_);
+        if constexpr (std::is_same_v<Space, cuda_space>) {
+            if (options_.state_in_pinned_host) {
+                snap_pinned_ = buffer<float, host_space>(n_, host_alloc::pinned);
+                state_pinned_ = buffer<float, host_space>(state_floats_, host_alloc::pinned);
+                snapshot_ = snap_pinned_.data();
+                state_ = state_pinned_.data();
+                return;
+            }
+        }
+        snap_ = buffer<float, Space>(n_);
+        state_buf_ = buffer<float, Space>(state_floats_);
+        snapshot_ = snap_.data();
+        state_ = state_buf_.data();
+    }
+
+    // Zeroes, per tensor, the floor(q·size) entries of smallest magnitude (ties: the later
+    // index goes first), so each tensor keeps exactly size - floor(q·size) entries.
+    void prune(float* delta) {
+        const layout_view lay = flat_.host_layout();
+        for (std::uint32_t s = 0; s < lay.count; ++s) {
+            const std::size_t begin = lay.offsets[s], size = lay.offsets[s + 1] - begin;
+            const auto drop = static_cast<std::size_t>(std::floor(options_.prune_fraction * static_cast<double>(size)));
+            if (drop == 0) continue;
+            order_.resize(size);
+            for (std::size_t i = 0; i < size; ++i) order_[i] = i;
+            const float* d = delta + begin;
+            auto mag = [d](std::size_t i) {
+                const float a = std::fabs(d[i]);
+                return std::isnan(a) ? INFINITY : a;
+            };
+            std::nth_element(order_.begin(), order_.begin() + static_cast<std::ptrdiff_t>(drop - 1), order_.end(),
+                             [&](std::size_t a, std::size_t b) { return mag(a) < mag(b) || (mag(a) == mag(b) && a > b); });
+            for (std::size_t j = 0; j < drop; ++j) delta[begin + order_[j]] = 0.0f;
+        }
+    }
+
+    template <class Exec>
+    void outer_step(const Exec& ex) {
+        const std::uint64_t attempt = attempts_++;
+        const int N = comm_.size();
+        int participants = 0;
+        for (int r = 0; r < N; ++r) participants += !dropped(r, attempt);
+        if (participants == 0) { // nobody communicates: the round simply continues
+            ++skipped_;
+            return;
+        }
+        const float w = dropped(comm_.rank(), attempt) ? 0.0f : options_.weight;
+        float* buf = ws_.get(0, n_ + 1);
+        const traffic_counters before = comm_.traffic();
+        for_each_index(ex, n_, outer_delta_body<T>{flat_.view(), snapshot_, dense_wire<float>{buf}, w, buf + n_, 0});
+        if constexpr (std::is_same_v<Space, host_space>)
+            if (options_.prune_fraction > 0.0) prune(buf);
+        // The weight travels as the last element, so the sum of weights arrives with the
+        // sum of weighted deltas and the average needs no second call.
+        topology_.reduce(ex, comm_, buf, n_ + 1, ws_);
+        const auto rule = outer_.prepare(++outer_t_);
+        using rule_type = std::remove_cvref_t<decltype(rule)>;
+        for_each_index(ex, n_,
+                       outer_update_body<T, rule_type>{flat_.view(), snapshot_, state_, dense_wire<float>{buf}, rule, 1.0f,
+                                                        buf + n_, 0});
+        stats_.last = comm_.traffic() - before;
+        stats_.total += stats_.last;
+        stats_.last_values = n_ + 1;
+        stats_.values += n_ + 1;
+        ++stats_.exchanges;
+    }
+
+    Comm& comm_;
+    diloco_options options_;
+    Outer outer_;
+    Topology topology_;
+    flat_params<T, Space> flat_;
+    std::size_t n_ = 0;
+    std::size_t state_floats_ = 0;
+    buffer<float, Space> snap_, state_buf_;
+    buffer<float, host_space> snap_pinned_, state_pinned_;
+    float* snapshot_ = nullptr;
+    float* state_ = nullptr;
+    workspace<float, Space, 4> ws_;
+    exchange_stats stats_{};
+    std::uint64_t outer_t_ = 0;   // outer steps applied (the optimizer's t)
+    std::uint64_t skipped_ = 0;   // outer steps skipped because every contribution was dropped
+    std::uint64_t attempts_ = 0;  // outer rounds completed (applied + skipped)
+    std::uint64_t dense_per_step_ = 0;
+    std::uint64_t config_hash_ = 0;
+    std::vector<std::size_t> order_;
+};
+
+// SPARTA during the inner steps and a DiLoCo outer step every H: the sparse exchange
+// keeps the replicas correlated inside a round; at a step that ends a round, only the
+// outer step runs (it leaves every worker with the same parameters, so a sparse
+// exchange there would move bytes for nothing). stats() adds both parts' traffic.
+template <class Sampler, class Schedule, class Topology, class Outer, class T, class Space, class Comm>
+class sparta_diloco_engine {
+public:
+    using memory_space = Space;
+    static constexpr const char* kind = "sparta_diloco";
+
+    sparta_diloco_engine(const param_group<T, Space>& group, Comm& comm, sparta_options sparse, diloco_options outer_opts,
+                         Sampler sampler = {}, Schedule schedule = {}, Topology topology = {}, Outer outer = {})
+        : sparse_(group, comm, sparse, std::move(sampler), std::move(schedule), topology),
+          outer_(group, comm, outer_opts, std::move(outer), topology) {}
+
+    template <class Exec>
+    void step(const Exec& ex) {
+        if (outer_.outer_step_due())
+            sparse_.skip_step();
+        else
+            sparse_.step(ex);
+        outer_.step(ex);
+        combine();
+    }
+
+    const exchange_stats& stats() const { return stats_; }
+    const exchange_stats& sparse_stats() const { return sparse_.stats(); }
+    const exchange_stats& outer_stats() const { return outer_.stats(); }
+    sparta_engine<Sampler, Schedule, Topology, T, Space, Comm>& sparse() { return sparse_; }
+    diloco_engine<Outer, Topology, T, Space, Comm>& outer() { return outer_; }
+
+    void save(std::ostream& os) const {
+        sparse_.save(os);
+        outer_.save(os);
+    }
+
+    // Collective. If the DiLoCo part fails after the SPARTA part loaded, the SPARTA part
+    // is put back as it was, on every worker alike (the failure is collective).
+    void load(std::istream& is, const std::string& source = "stream") {
+        std::ostringstream backup;
+        sparse_.save(backup);
+        sparse_.load(is, source);
+        try {
+            outer_.load(is, source);
+        } catch (...) {
+            std::istringstream restore(backup.str());
+            sparse_.load(restore, "backup");
+            throw;
+        }
+        combine();
+    }
+
+private:
+    void combine() {
+        stats_ = outer_.stats();
+        stats_ += sparse_.stats();
+        stats_.steps = outer_.stats().steps;
+    }
+
+    sparta_engine<Sampler, Schedule, Topology, T, Space, Comm> sparse_;
+    diloco_engine<Outer, Topology, T, Space, Comm> outer_;
+    exchange_stats stats_{};
+};
+
+// DiLoCo as a concrete object:
+//   trickle::diloco<trickle::outer::nesterov> d{params, comm, {.interval = 500}, {.lr = 0.7, .momentum = 0.9}};
+//   d.step(trickle::exec::host{});   // after every inner optimizer step
+template <class Outer = outer::nesterov, class Topology = topology::all_reduce>
+class diloco {
+public:
+    template <class T, class Space, class Comm>
+    diloco(const param_group<T, Space>& group, Comm& comm, diloco_options options = {}, Outer outer = {},
+           Topology topology = {})
+        : impl_(std::make_unique<detail::erased_algorithm<diloco_engine<Outer, Topology, T, Space, Comm>>>(
+              group, comm, options, std::move(outer), std::move(topology))) {}
+
+    template <class Exec>
+    void step(const Exec& ex) {
+        impl_->step(ex);
+    }
+    const exchange_stats& stats() const { return impl_->stats(); }
+    void save(std::ostream& os) const { impl_->save(os); }
+    void load(std::istream& is, const std::string& source = "stream") { impl_->load(is, source); }
+
+private:
+    std::unique_ptr<detail::algorithm_interface> impl_;
+};
+
+// SPARTA + DiLoCo as a concrete object.
+template <class Sampler = sampler::uniform, class Schedule = schedule::constant, class Topology = topology::all_reduce,
+          class Outer = outer::nesterov>
+class sparta_diloco {
+public:
+    template <class T, class Space, class Comm>
+    sparta_diloco(const param_group<T, Space>& group, Comm& comm, sparta_options sparse = {}, diloco_options outer_opts = {},
+                  Sampler sampler = {}, Schedule schedule = {}, Topology topology = {}, Outer outer = {})
+        : impl_(std::make_unique<
+                detail::erased_algorithm<sparta_diloco_engine<Sampler, Schedule, Topology, Outer, T, Space, Comm>>>(
+              group, comm, sparse, outer_opts, std::move(sampler), std::move(schedule), std::move(topology),
+              std::move(outer))) {}
+
+    template <class Exec>
+    void step(const Exec& ex) {
+        impl_->step(ex);
+    }
+    const exchange_stats& stats() const { return impl_->stats(); }
+    void save(std::ostream& os) const { impl_->save(os); }
+    void load(std::istream& is, const std::string& source = "stream") { impl_->load(is, source); }
+
+private:
+    std::unique_ptr<detail::algorithm_interface> impl_;
+};
+
+TRICKLE_NAMESPACE_END
