@@ -251,7 +251,7 @@ trajectory_result<T> check_trajectory(const Exec& ex, const Opt& opt, int steps,
             if (slots >= 1) bad_state += close_to(state[i], s0[i], rel, 1e-6) ? 0 : 1;
             if (slots >= 2) bad_state += close_to(state[n + i], s1[i], rel, 1e-9) ? 0 : 1;
         }
-        INFO(Opt::name, " step ", t, ": snapshot[0] = ", snap[0], ", reference ", snap_ref[0]);
+        INFO(trickle::detail::concat(Opt::name, " step ", t, ": snapshot[0] = ", snap[0], ", reference ", snap_ref[0]));
         CHECK(bad_snap == 0);
         CHECK(bad_state == 0);
         CHECK(bad_params == 0);
@@ -383,7 +383,7 @@ void check_weighted(const Exec& ex) {
             else
                 bad += close(snap[i], weighted[i] / wsum, 1e-6) ? 0 : 1;
         }
-        INFO("weight sum ", wsum);
+        INFO(trickle::detail::concat("weight sum ", wsum));
         CHECK(bad == 0);
     }
 
