@@ -26,8 +26,10 @@ int main(int argc, char** argv) {
         trickle_mpi_test::error_before_init = std::string("(wrong exception type) ") + e.what();
     }
 
-    if (MPI_Init(&argc, &argv) != MPI_SUCCESS) {
-        std::fprintf(stderr, "MPI_Init failed\n");
+    // FUNNELED: rank 0 runs comm::local reference workers on threads that never call MPI.
+    int provided = MPI_THREAD_SINGLE;
+    if (MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
+        std::fprintf(stderr, "MPI_Init_thread failed\n");
         return 1;
     }
     int rank = 0;
