@@ -89,6 +89,7 @@ struct sign_descent {
     void describe(config_record& rec) const {
         rec.add("outer", name);
         rec.add("outer.lr", lr);
+        if (!(std::isfinite(lr) && lr > 0)) rec.set_error("sign_descent: lr must be finite and > 0");
     }
     sign_rule prepare(std::uint64_t) const { return {static_cast<float>(lr)}; }
 };
@@ -379,4 +380,5 @@ TEST_CASE("a user-written optimizer runs through the same kernel bodies") {
     rig.copy_snapshot();
     rig.update(sign_descent{.lr = 0.5}.prepare(1), {1.f, -1.f, 0.f, 2.f, -3.f, 0.5f, -0.5f, 0.f}, 1.0f);
     CHECK(rig.params() == std::vector<float>{-0.5f, 1.5f, 2.f, 2.5f, 4.5f, 4.5f, 6.5f, 7.f});
+    CHECK(error_of(sign_descent{.lr = -1.0}) == "sign_descent: lr must be finite and > 0");
 }
