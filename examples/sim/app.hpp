@@ -1,0 +1,105 @@
+// examples/sim/app.hpp: trickle-sim as a function: arguments in, report out, exit code back.
+//
+// main() is this function on std::cout and std::cerr; the tests call it directly to check
+// what the program prints and returns for good and bad input.
+#pragma once
+
+#include "corpus.hpp"
+#include "gemm.hpp"
+#include "options.hpp"
+#include "report.hpp"
+#include "trainer.hpp"
+
+#include <exception>
+#include <optional>
+#include <ostream>
+#include <span>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace trickle_sim {
+
+// What is about to run, so a saved report says how it was made.
+inline void print_header(std::ostream& out, const sim_config& cfg, const dataset& data, const mlp& model) {
+    out << "trickle-sim: " << cfg.workers << " workers x " << cfg.steps << " steps, batch " << cfg.batch
+        << " per worker, lr " << cfg.lr << ", seed " << cfg.seed << '\n';
+    out << "data: " << data.source << ", " << data.tokens.size() << " bytes, vocabulary " << data.vocab() << ", "
+        << name_of(cfg.shards) << " shards of ~" << data.shards[0].size() << " positions, "
+        << data.eval_positions.size() << " held-out positions\n";
+    out << "model: context " << cfg.model.context << ", embedding " << cfg.model.embed << ", " << cfg.model.layers
+        << " x " << cfg.model.hidden << " tanh, " << model.size() << " parameters (matrix products: " << gemm_backend()
+        << ")\n";
+    bool sparta = false, diloco = false;
+    for (auto s : cfg.strategies) {
+        sparta = sparta || uses_sparta(s);
+        diloco = diloco || uses_diloco(s);
+    }
+    if (sparta) {
+        out << "sparta: fraction " << cfg.fraction;
+        if (cfg.fraction_schedule != schedule_kind::constant)
+            out << " -> " << cfg.fraction_end << " (" << name_of(cfg.fraction_schedule) << ")";
+        out << ", sampler " << name_of(cfg.sampler) << ", every " << cfg.interval << " step(s), topology "
+            << name_of(cfg.topology) << '\n';
+    }
+    if (diloco) {
+        out << "diloco: outer step every " << cfg.outer_interval << " steps, outer " << name_of(cfg.outer);
+        if (cfg.outer != outer_kind::average) out << " lr " << cfg.outer_lr;
+        if (cfg.outer == outer_kind::nesterov || cfg.outer == outer_kind::momentum)
+            out << " momentum " << cfg.outer_momentum;
+        out << ", drop probability " << cfg.drop_prob << ", prune " << cfg.prune << ", topology "
+            << name_of(cfg.topology) << '\n';
+    }
+}
+
+// Runs a parsed configuration: the header, one training run per strategy, the table.
+inline int run_simulation(const sim_config& cfg, std::ostream& out) {
+    single_threaded_blas();
+    const dataset data = prepare_data(cfg);
+    std::optional<csv_writer> csv;
+    if (!cfg.csv.empty()) csv.emplace(cfg.csv);
+
+    const mlp model(cfg.model, data.vocab());
+    print_header(out, cfg, data, model);
+    out << std::flush;
+
+    progress_line progress(!cfg.quiet);
+    std::vector<run_result> runs;
+    for (std::size_t i = 0; i < cfg.strategies.size(); ++i) {
+        const auto s = cfg.strategies[i];
+        std::ostringstream label;
+        label << '[' << i + 1 << '/' << cfg.strategies.size() << ' ' << name_of(s) << ']';
+        progress.begin(label.str(), cfg.steps);
+        runs.push_back(run_strategy(cfg, data, s, &progress));
+        progress.end();
+        if (csv) csv->write(runs.back());
+    }
+    out << '\n';
+    print_table(out, runs);
+    out << "\neval loss/ppl: the averaged model (mean of the replicas) on held-out text; corr: mean pairwise\n"
+           "correlation of the replicas' changes since initialisation; sent/worker: bytes the busiest worker\n"
+           "sent (trickle's counters); vs ddp: ddp's bytes for the same steps divided by this strategy's.\n";
+    return 0;
+}
+
+// Exit codes: 0 success (or --help), 2 bad input (message on err, naming the option or
+// file), 1 any other failure.
+inline int run_cli(std::span<const std::string> args, std::ostream& out, std::ostream& err) {
+    sim_config cfg;
+    try {
+        cfg = parse_cli(args);
+        if (cfg.help) {
+            out << help_text();
+            return 0;
+        }
+        return run_simulation(cfg, out);
+    } catch (const usage_error& e) {
+        err << "trickle-sim: " << e.what() << '\n';
+        return 2;
+    } catch (const std::exception& e) {
+        err << "trickle-sim: error: " << e.what() << '\n';
+        return 1;
+    }
+}
+
+} // namespace trickle_sim

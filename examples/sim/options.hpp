@@ -1,0 +1,426 @@
+// examples/sim/options.hpp: trickle-sim's configuration and its command-line parser.
+//
+// parse_cli returns a complete, validated configuration or throws usage_error naming the
+// option at fault; nothing on the command line is ever ignored (a value that would have
+// no effect with the chosen strategies is an error too, so a typo cannot pass unnoticed).
+#pragma once
+
+#include <charconv>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <vector>
+
+namespace trickle_sim {
+
+// Bad input from the user: an option, a value or a data file. trickle-sim exits with 2.
+class usage_error : public std::runtime_error {
+public:
+    using std::runtime_error::runtime_error;
+};
+
+enum class strategy_kind { ddp, none, sparta, diloco, sparta_diloco };
+enum class shard_mode { iid, non_iid };
+enum class sampler_kind { uniform, permutation, block, layerwise };
+enum class schedule_kind { constant, linear, cosine };
+enum class topology_kind { all_reduce, ring };
+enum class outer_kind { nesterov, sgd, momentum, adam, average };
+
+inline constexpr std::string_view strategy_names[] = {"ddp", "none", "sparta", "diloco", "sparta-diloco"};
+inline constexpr std::string_view shard_names[] = {"iid", "non-iid"};
+inline constexpr std::string_view sampler_names[] = {"uniform", "permutation", "block", "layerwise"};
+inline constexpr std::string_view schedule_names[] = {"constant", "linear", "cosine"};
+inline constexpr std::string_view topology_names[] = {"all-reduce", "ring"};
+inline constexpr std::string_view outer_names[] = {"nesterov", "sgd", "momentum", "adam", "average"};
+
+template <class E, std::size_t N>
+std::string_view name_of(E e, const std::string_view (&names)[N]) {
+    return names[static_cast<std::size_t>(e)];
+}
+inline std::string_view name_of(strategy_kind s) { return name_of(s, strategy_names); }
+inline std::string_view name_of(shard_mode s) { return name_of(s, shard_names); }
+inline std::string_view name_of(sampler_kind s) { return name_of(s, sampler_names); }
+inline std::string_view name_of(schedule_kind s) { return name_of(s, schedule_names); }
+inline std::string_view name_of(topology_kind s) { return name_of(s, topology_names); }
+inline std::string_view name_of(outer_kind s) { return name_of(s, outer_names); }
+
+inline bool uses_sparta(strategy_kind s) { return s == strategy_kind::sparta || s == strategy_kind::sparta_diloco; }
+inline bool uses_diloco(strategy_kind s) { return s == strategy_kind::diloco || s == strategy_kind::sparta_diloco; }
+
+// The outer learning rate used when --outer-lr is not given.
+inline float default_outer_lr(outer_kind o) {
+    switch (o) {
+    case outer_kind::nesterov:
+    case outer_kind::momentum: return 0.7f; // DiLoCo's tuned value
+    case outer_kind::sgd: return 0.7f;
+    case outer_kind::adam: return 0.01f;    // Adam's step is per coordinate, not a fraction of Δ
+    case outer_kind::average: return 1.0f;  // no learning rate: params = snapshot - mean Δ
+    }
+    return 0.7f;
+}
+
+struct model_config {
+    int context = 12;  // characters of context
+    int embed = 24;    // embedding width per character
+    int hidden = 256;  // units per hidden layer
+    int layers = 2;    // hidden layers (tanh)
+};
+
+struct sim_config {
+    std::vector<strategy_kind> strategies{strategy_kind::ddp, strategy_kind::none, strategy_kind::sparta,
+                                          strategy_kind::diloco};
+    int workers = 4;
+    int steps = 2000;
+    int eval_every = 100;
+    std::uint64_t seed = 42;
+    int batch = 32;
+    float lr = 4e-3f;
+    int warmup = 50;
+    float weight_decay = 0.1f;
+    model_config model{};
+
+    std::string data_file;              // empty: the generated corpus
+    std::size_t corpus_chars = 400'000; // size of the generated corpus
+    shard_mode shards = shard_mode::iid;
+    int eval_size = 8192;               // held-out positions evaluated
+
+    // SPARTA
+    double fraction = 0.005;
+    sampler_kind sampler = sampler_kind::uniform;
+    int block_size = 256;
+    int interval = 1;
+    schedule_kind fraction_schedule = schedule_kind::constant;
+    double fraction_end = 0.005;
+
+    // DiLoCo
+    int outer_interval = 100;
+    outer_kind outer = outer_kind::nesterov;
+    float outer_lr = 0.7f;
+    float outer_momentum = 0.9f;
+    double drop_prob = 0.0;
+    double prune = 0.0;
+
+    topology_kind topology = topology_kind::all_reduce;
+
+    std::string csv;     // empty: no CSV
+    bool quiet = false;  // no progress line
+    bool help = false;   // --help was given: print help_text() and exit 0
+};
+
+inline std::string help_text() {
+    return R"(trickle-sim: train a character-level language model with N simulated workers
+(threads over trickle::comm::local) and compare communication strategies.
+
+usage: trickle-sim [options]          (no options: compare ddp, none, sparta, diloco)
+
+Strategies
+  --strategy LIST        comma-separated, each run in turn on identical data and seeds:
+                         ddp            average gradients every step (dense all-reduce)
+                         none           train replicas independently, never communicate
+                         sparta         average a random fraction p of parameters every step
+                         diloco         outer optimizer step on the averaged change every H
+                         sparta-diloco  both
+                         default: ddp,none,sparta,diloco
+  --workers N            simulated workers, one thread each, 1..256 (default 4)
+  --steps S              inner optimizer steps per worker (default 2000)
+  --eval-every E         evaluate the averaged model every E steps and at the end (default 100)
+  --seed X               seeds data order, initialisation, corpus and samplers (default 42)
+  --batch B              sequences per worker per step, 1..65536 (default 32)
+  --lr LR                inner AdamW learning rate (default 0.004)
+  --warmup W             linear learning-rate warm-up steps, >= 0 (default 50)
+  --weight-decay WD      AdamW decoupled weight decay on weight matrices, >= 0 (default 0.1)
+
+Data
+  --data FILE            train on this text file (bytes are the vocabulary); without it, a
+                         seeded corpus from a small stochastic grammar is generated
+  --corpus-chars N       size of the generated corpus, >= 20000 (default 400000)
+  --shards iid|non-iid   iid: 64-character sequences dealt at random to workers;
+                         non-iid: each worker gets one contiguous stretch (default iid)
+  --eval-size N          held-out positions evaluated (last 10% of the text), >= 1 (default 8192)
+
+Model (an MLP over a window of characters)
+  --context C            characters of context, 1..256 (default 12)
+  --embed E              embedding width, 1..1024 (default 24)
+  --hidden H             units per hidden layer, 1..8192 (default 256)
+  --layers L             hidden tanh layers, 1..8 (default 2)
+
+SPARTA (sparta, sparta-diloco)
+  --fraction P           fraction of parameters averaged per exchange, (0, 1] (default 0.005)
+  --sampler KIND         uniform|permutation|block|layerwise (default uniform)
+  --block-size N         block sampler's block length, >= 1 (default 256)
+  --interval H           exchange every H steps, >= 1 (default 1)
+  --fraction-schedule S  constant|linear|cosine: p moves from --fraction to --fraction-end
+                         over --steps (default constant)
+  --fraction-end P1      final fraction of a linear or cosine schedule, (0, 1]
+
+DiLoCo (diloco, sparta-diloco)
+  --outer-interval H     inner steps per outer step, >= 1 (default 100)
+  --outer KIND           nesterov|sgd|momentum|adam|average (default nesterov)
+  --outer-lr LR          outer learning rate, > 0 (default 0.7; adam 0.01; not for average)
+  --outer-momentum M     momentum of nesterov and momentum, [0, 1) (default 0.9)
+  --drop-prob Q          probability a worker's outer gradient is dropped in a round, [0, 1)
+  --prune Q              fraction of outer-gradient values pruned by magnitude, [0, 1)
+
+Both
+  --topology KIND        all-reduce|ring: how sparta and diloco average (default all-reduce)
+
+Output
+  --csv FILE             one row per evaluation: strategy,step,eval_loss,eval_ppl,train_loss,
+                         correlation,bytes_sent_per_worker,reduction_vs_ddp,wall_s
+  --quiet                no progress line on stderr
+  -h, --help             this text
+
+Every option takes its value as "--opt V" or "--opt=V". An unknown option, a bad value, or
+an option that has no effect on the chosen strategies is an error (exit code 2).
+)";
+}
+
+namespace detail {
+
+[[noreturn]] inline void bad_value(std::string_view opt, std::string_view value, std::string_view why) {
+    throw usage_error(std::string(opt) + ": " + std::string(why) + ", got '" + std::string(value) + "'");
+}
+
+template <class Int>
+Int parse_int(std::string_view opt, std::string_view v, Int lo, Int hi) {
+    Int out{};
+    const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
+    if (v.empty() || ec == std::errc::invalid_argument || end != v.data() + v.size())
+        bad_value(opt, v, "expected an integer");
+    if (ec == std::errc::result_out_of_range || out < lo || out > hi)
+        bad_value(opt, v, "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+    return out;
+}
+
+inline double parse_double(std::string_view opt, std::string_view v) {
+    double out = 0;
+    const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
+    if (v.empty() || ec != std::errc{} || end != v.data() + v.size() || !std::isfinite(out))
+        bad_value(opt, v, "expected a finite number");
+    return out;
+}
+
+template <class E, std::size_t N>
+E parse_enum(std::string_view opt, std::string_view v, const std::string_view (&names)[N]) {
+    for (std::size_t i = 0; i < N; ++i)
+        if (names[i] == v) return static_cast<E>(i);
+    std::string list;
+    for (std::size_t i = 0; i < N; ++i) {
+        if (i) list += '|';
+        list += names[i];
+    }
+    bad_value(opt, v, "expected one of " + list);
+}
+
+} // namespace detail
+
+// Parses the arguments after the program name. Throws usage_error on any bad input.
+inline sim_config parse_cli(std::span<const std::string> args) {
+    sim_config c;
+    // Options whose effect depends on the strategies; checked once all are known.
+    std::vector<std::string> sparta_only, diloco_only, both_only;
+    bool fraction_end_given = false, outer_lr_given = false, outer_momentum_given = false,
+         block_size_given = false;
+    std::vector<std::string> seen;
+
+    for (std::size_t i = 0; i < args.size(); ++i) {
+        std::string_view arg = args[i];
+        if (arg == "-h" || arg == "--help") {
+            c.help = true;
+            continue;
+        }
+        if (arg == "--quiet") {
+            c.quiet = true;
+            continue;
+        }
+        if (arg.size() < 3 || arg.substr(0, 2) != "--")
+            throw usage_error("unexpected argument '" + std::string(arg) + "' (options start with --; see --help)");
+        std::string opt(arg);
+        std::optional<std::string> value;
+        if (const auto eq = opt.find('='); eq != std::string::npos) {
+            value = opt.substr(eq + 1);
+            opt.resize(eq);
+        }
+        static constexpr std::string_view known[] = {
+            "--strategy", "--workers", "--steps", "--eval-every", "--seed", "--batch", "--lr", "--warmup",
+            "--weight-decay", "--data", "--corpus-chars", "--shards", "--eval-size", "--context", "--embed",
+            "--hidden", "--layers", "--fraction", "--sampler", "--block-size", "--interval",
+            "--fraction-schedule", "--fraction-end", "--outer-interval", "--outer", "--outer-lr",
+            "--outer-momentum", "--drop-prob", "--prune", "--topology", "--csv"};
+        bool is_known = false;
+        for (auto k : known) is_known = is_known || k == opt;
+        if (!is_known) throw usage_error("unknown option '" + opt + "' (see --help)");
+        for (const auto& s : seen)
+            if (s == opt) throw usage_error(opt + ": given more than once");
+        seen.push_back(opt);
+        if (!value) {
+            if (i + 1 >= args.size()) throw usage_error(opt + ": missing value");
+            value = args[++i];
+        }
+        const std::string_view v = *value;
+        constexpr int int_max = std::numeric_limits<int>::max();
+
+        if (opt == "--strategy") {
+            c.strategies.clear();
+            std::size_t pos = 0;
+            while (true) {
+                const std::size_t comma = v.find(',', pos);
+                const std::string_view item = v.substr(pos, comma == std::string_view::npos ? v.npos : comma - pos);
+                const auto s = detail::parse_enum<strategy_kind>(opt, item, strategy_names);
+                for (auto prev : c.strategies)
+                    if (prev == s) detail::bad_value(opt, v, "lists '" + std::string(item) + "' twice");
+                c.strategies.push_back(s);
+                if (comma == std::string_view::npos) break;
+                pos = comma + 1;
+            }
+        } else if (opt == "--workers") {
+            c.workers = detail::parse_int<int>(opt, v, 1, 256);
+        } else if (opt == "--steps") {
+            c.steps = detail::parse_int<int>(opt, v, 1, int_max);
+        } else if (opt == "--eval-every") {
+            c.eval_every = detail::parse_int<int>(opt, v, 1, int_max);
+        } else if (opt == "--seed") {
+            c.seed = detail::parse_int<std::uint64_t>(opt, v, 0, std::numeric_limits<std::uint64_t>::max());
+        } else if (opt == "--batch") {
+            c.batch = detail::parse_int<int>(opt, v, 1, 65536);
+        } else if (opt == "--lr") {
+            const double x = detail::parse_double(opt, v);
+            if (!(x > 0 && x <= 10)) detail::bad_value(opt, v, "must be in (0, 10]");
+            c.lr = static_cast<float>(x);
+        } else if (opt == "--warmup") {
+            c.warmup = detail::parse_int<int>(opt, v, 0, int_max);
+        } else if (opt == "--weight-decay") {
+            const double x = detail::parse_double(opt, v);
+            if (!(x >= 0 && x <= 100)) detail::bad_value(opt, v, "must be in [0, 100]");
+            c.weight_decay = static_cast<float>(x);
+        } else if (opt == "--data") {
+            if (v.empty()) detail::bad_value(opt, v, "expected a file name");
+            c.data_file = std::string(v);
+        } else if (opt == "--corpus-chars") {
+            c.corpus_chars = detail::parse_int<std::size_t>(opt, v, 20'000, std::size_t{1} << 31);
+        } else if (opt == "--shards") {
+            c.shards = detail::parse_enum<shard_mode>(opt, v, shard_names);
+        } else if (opt == "--eval-size") {
+            c.eval_size = detail::parse_int<int>(opt, v, 1, int_max);
+        } else if (opt == "--context") {
+            c.model.context = detail::parse_int<int>(opt, v, 1, 256);
+        } else if (opt == "--embed") {
+            c.model.embed = detail::parse_int<int>(opt, v, 1, 1024);
+        } else if (opt == "--hidden") {
+            c.model.hidden = detail::parse_int<int>(opt, v, 1, 8192);
+        } else if (opt == "--layers") {
+            c.model.layers = detail::parse_int<int>(opt, v, 1, 8);
+        } else if (opt == "--fraction") {
+            const double x = detail::parse_double(opt, v);
+            if (!(x > 0 && x <= 1)) detail::bad_value(opt, v, "must be in (0, 1]");
+            c.fraction = x;
+            sparta_only.push_back(opt);
+        } else if (opt == "--sampler") {
+            c.sampler = detail::parse_enum<sampler_kind>(opt, v, sampler_names);
+            sparta_only.push_back(opt);
+        } else if (opt == "--block-size") {
+            c.block_size = detail::parse_int<int>(opt, v, 1, int_max);
+            sparta_only.push_back(opt);
+            block_size_given = true;
+        } else if (opt == "--interval") {
+            c.interval = detail::parse_int<int>(opt, v, 1, int_max);
+            sparta_only.push_back(opt);
+        } else if (opt == "--fraction-schedule") {
+            c.fraction_schedule = detail::parse_enum<schedule_kind>(opt, v, schedule_names);
+            sparta_only.push_back(opt);
+        } else if (opt == "--fraction-end") {
+            const double x = detail::parse_double(opt, v);
+            if (!(x > 0 && x <= 1)) detail::bad_value(opt, v, "must be in (0, 1]");
+            c.fraction_end = x;
+            fraction_end_given = true;
+            sparta_only.push_back(opt);
+        } else if (opt == "--outer-interval") {
+            c.outer_interval = detail::parse_int<int>(opt, v, 1, int_max);
+            diloco_only.push_back(opt);
+        } else if (opt == "--outer") {
+            c.outer = detail::parse_enum<outer_kind>(opt, v, outer_names);
+            diloco_only.push_back(opt);
+        } else if (opt == "--outer-lr") {
+            const double x = detail::parse_double(opt, v);
+            if (!(x > 0 && x <= 100)) detail::bad_value(opt, v, "must be in (0, 100]");
+            c.outer_lr = static_cast<float>(x);
+            outer_lr_given = true;
+            diloco_only.push_back(opt);
+        } else if (opt == "--outer-momentum") {
+            const double x = detail::parse_double(opt, v);
+            if (!(x >= 0 && x < 1)) detail::bad_value(opt, v, "must be in [0, 1)");
+            c.outer_momentum = static_cast<float>(x);
+            outer_momentum_given = true;
+            diloco_only.push_back(opt);
+        } else if (opt == "--drop-prob") {
+            const double x = detail::parse_double(opt, v);
+            if (!(x >= 0 && x < 1)) detail::bad_value(opt, v, "must be in [0, 1)");
+            c.drop_prob = x;
+            diloco_only.push_back(opt);
+        } else if (opt == "--prune") {
+            const double x = detail::parse_double(opt, v);
+            if (!(x >= 0 && x < 1)) detail::bad_value(opt, v, "must be in [0, 1)");
+            c.prune = x;
+            diloco_only.push_back(opt);
+        } else if (opt == "--topology") {
+            c.topology = detail::parse_enum<topology_kind>(opt, v, topology_names);
+            both_only.push_back(opt);
+        } else if (opt == "--csv") {
+            if (v.empty()) detail::bad_value(opt, v, "expected a file name");
+            c.csv = std::string(v);
+        }
+    }
+
+    bool any_sparta = false, any_diloco = false;
+    for (auto s : c.strategies) {
+        any_sparta = any_sparta || uses_sparta(s);
+        any_diloco = any_diloco || uses_diloco(s);
+    }
+    auto strategy_list = [&] {
+        std::string s;
+        for (std::size_t i = 0; i < c.strategies.size(); ++i) {
+            if (i) s += ',';
+            s += name_of(c.strategies[i]);
+        }
+        return s;
+    };
+    if (!any_sparta && !sparta_only.empty())
+        throw usage_error(sparta_only.front() + ": applies to sparta and sparta-diloco, but --strategy is " +
+                          strategy_list());
+    if (!any_diloco && !diloco_only.empty())
+        throw usage_error(diloco_only.front() + ": applies to diloco and sparta-diloco, but --strategy is " +
+                          strategy_list());
+    if (!any_sparta && !any_diloco && !both_only.empty())
+        throw usage_error(both_only.front() + ": applies to sparta and diloco strategies, but --strategy is " +
+                          strategy_list());
+    if (block_size_given && c.sampler != sampler_kind::block)
+        throw usage_error("--block-size: applies to --sampler block only");
+    if (c.fraction_schedule == schedule_kind::constant) {
+        if (fraction_end_given)
+            throw usage_error("--fraction-end: needs --fraction-schedule linear or cosine");
+        c.fraction_end = c.fraction;
+    } else if (!fraction_end_given) {
+        throw usage_error("--fraction-schedule " + std::string(name_of(c.fraction_schedule)) +
+                          ": needs --fraction-end");
+    }
+    if (c.outer == outer_kind::average && outer_lr_given)
+        throw usage_error("--outer-lr: --outer average has no learning rate");
+    if (outer_momentum_given && c.outer != outer_kind::nesterov && c.outer != outer_kind::momentum)
+        throw usage_error("--outer-momentum: applies to --outer nesterov and momentum only");
+    if (!outer_lr_given) c.outer_lr = default_outer_lr(c.outer);
+    return c;
+}
+
+inline sim_config parse_cli(int argc, const char* const* argv) {
+    std::vector<std::string> args;
+    for (int i = 1; i < argc; ++i) args.emplace_back(argv[i]);
+    return parse_cli(std::span<const std::string>(args));
+}
+
+} // namespace trickle_sim

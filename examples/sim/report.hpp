@@ -1,0 +1,152 @@
+// examples/sim/report.hpp: what trickle-sim prints: the CSV, the comparison table and the progress line.
+#pragma once
+
+#include "options.hpp"
+#include "trainer.hpp"
+
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <fstream>
+#include <iomanip>
+#include <ostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+namespace trickle_sim {
+
+inline constexpr const char* csv_header =
+    "strategy,step,eval_loss,eval_ppl,train_loss,correlation,bytes_sent_per_worker,reduction_vs_ddp,wall_s";
+
+namespace detail {
+// "inf" and "nan" as Python's float() and pandas read them.
+inline std::string number(double v, int precision) {
+    if (std::isnan(v)) return "nan";
+    if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+    std::ostringstream os;
+    os << std::fixed << std::setprecision(precision) << v;
+    return os.str();
+}
+} // namespace detail
+
+inline std::string csv_line(const eval_row& r) {
+    std::ostringstream os;
+    os << r.strategy << ',' << r.step << ',' << detail::number(r.eval_loss, 6) << ',' << detail::number(r.eval_ppl, 4)
+       << ',' << detail::number(r.train_loss, 6) << ',' << detail::number(r.correlation, 6) << ','
+       << r.bytes_sent_per_worker << ',' << detail::number(r.reduction_vs_ddp, 3) << ','
+       << detail::number(r.wall_s, 3);
+    return os.str();
+}
+
+// The CSV file, opened before training so a bad path fails at once; rows are flushed
+// after each run, so an interrupted comparison keeps the runs that finished.
+class csv_writer {
+public:
+    explicit csv_writer(const std::string& path) : out_(path, std::ios::trunc) {
+        if (!out_) throw usage_error("--csv: cannot open '" + path + "' for writing");
+        out_ << csv_header << '\n';
+    }
+    void write(const run_result& run) {
+        for (const auto& r : run.rows) out_ << csv_line(r) << '\n';
+        out_.flush();
+        if (!out_) throw std::runtime_error("--csv: write failed");
+    }
+
+private:
+    std::ofstream out_;
+};
+
+// 1536 -> "1.5 KiB".
+inline std::string human_bytes(std::uint64_t b) {
+    static constexpr const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    double v = static_cast<double>(b);
+    int u = 0;
+    while (v >= 1024 && u < 4) {
+        v /= 1024;
+        ++u;
+    }
+    std::ostringstream os;
+    os << std::fixed << std::setprecision(u == 0 ? 0 : 1) << v << ' ' << units[u];
+    return os.str();
+}
+
+inline std::string human_reduction(double x) {
+    if (std::isnan(x)) return "-";
+    if (std::isinf(x)) return "no traffic";
+    std::ostringstream os;
+    os << std::fixed << std::setprecision(x < 10 ? 2 : x < 100 ? 1 : 0) << x << 'x';
+    return os.str();
+}
+
+// One line per strategy: its last evaluation.
+inline void print_table(std::ostream& os, const std::vector<run_result>& runs) {
+    os << std::left << std::setw(15) << "strategy" << std::right << std::setw(10) << "eval loss" << std::setw(9)
+       << "eval ppl" << std::setw(11) << "train loss" << std::setw(9) << "corr" << std::setw(14) << "sent/worker"
+       << std::setw(12) << "vs ddp" << std::setw(9) << "wall s" << '\n';
+    for (const auto& run : runs) {
+        if (run.rows.empty()) continue;
+        const eval_row& r = run.rows.back();
+        os << std::left << std::setw(15) << r.strategy << std::right << std::setw(10) << detail::number(r.eval_loss, 4)
+           << std::setw(9) << detail::number(r.eval_ppl, 3) << std::setw(11) << detail::number(r.train_loss, 4)
+           << std::setw(9) << detail::number(r.correlation, 4) << std::setw(14) << human_bytes(r.bytes_sent_per_worker)
+           << std::setw(12) << human_reduction(r.reduction_vs_ddp) << std::setw(9) << detail::number(r.wall_s, 1)
+           << '\n';
+    }
+}
+
+// The progress line on stderr: rewritten in place at most 5 times a second on a terminal;
+// otherwise one line every 15 s, so a redirected log stays short.
+class progress_line final : public step_observer {
+public:
+    explicit progress_line(bool enabled) : enabled_(enabled), tty_(isatty(fileno(stderr)) == 1) {}
+
+    void begin(std::string label, int steps) {
+        label_ = std::move(label);
+        steps_ = steps;
+        start_ = last_ = std::chrono::steady_clock::now();
+        loss_ = 0;
+        seen_ = 0;
+    }
+
+    void on_step(int step, double train_loss) override {
+        // A smoothed loss: single batches are noisy.
+        loss_ = seen_ == 0 ? train_loss : 0.95 * loss_ + 0.05 * train_loss;
+        ++seen_;
+        if (!enabled_) return;
+        const auto now = std::chrono::steady_clock::now();
+        const double since = std::chrono::duration<double>(now - last_).count();
+        if (since < (tty_ ? 0.2 : 15.0) && step != steps_) return;
+        last_ = now;
+        const double elapsed = std::chrono::duration<double>(now - start_).count();
+        const double eta = elapsed / step * (steps_ - step);
+        char line[256];
+        std::snprintf(line, sizeof line, "%s  step %d/%d  loss %.4f  elapsed %.1fs  ETA %.1fs", label_.c_str(), step,
+                      steps_, loss_, elapsed, eta);
+        if (tty_)
+            std::fprintf(stderr, "\r\033[K%s", line);
+        else
+            std::fprintf(stderr, "%s\n", line);
+        std::fflush(stderr);
+    }
+
+    void end() {
+        if (enabled_ && tty_) {
+            std::fprintf(stderr, "\r\033[K");
+            std::fflush(stderr);
+        }
+    }
+
+private:
+    bool enabled_, tty_;
+    std::string label_;
+    int steps_ = 0;
+    std::chrono::steady_clock::time_point start_, last_;
+    double loss_ = 0;
+    long seen_ = 0;
+};
+
+} // namespace trickle_sim

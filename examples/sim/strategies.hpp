@@ -1,0 +1,127 @@
+// examples/sim/strategies.hpp: how each simulated worker communicates: ddp, none, or one of trickle's algorithms.
+//
+// Every strategy reports the bytes its worker sent from trickle's own counters: the
+// communicator's traffic() for ddp, the algorithm's stats() for the others.
+#pragma once
+
+#include "options.hpp"
+
+#include <trickle/trickle.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <utility>
+#include <variant>
+
+namespace trickle_sim {
+
+class exchanger {
+public:
+    virtual ~exchanger() = default;
+    // Between backward and the optimizer step: may replace the gradient.
+    virtual void reduce_gradients(float* /*grads*/, std::size_t /*n*/) {}
+    // After the optimizer step: may exchange parameters.
+    virtual void after_step() {}
+    // Bytes this worker has sent for training so far.
+    virtual std::uint64_t bytes_sent() const = 0;
+};
+
+// Fully synchronous data parallelism: the mean gradient over workers, every step.
+class ddp_exchanger final : public exchanger {
+public:
+    explicit ddp_exchanger(trickle::comm::local& comm) : comm_(comm), start_(comm.traffic()) {}
+
+    void reduce_gradients(float* grads, std::size_t n) override {
+        comm_.all_reduce_sum(grads, n);
+        const float inv = 1.0f / static_cast<float>(comm_.size());
+        for (std::size_t i = 0; i < n; ++i) grads[i] *= inv;
+    }
+    std::uint64_t bytes_sent() const override { return (comm_.traffic() - start_).bytes_sent; }
+
+private:
+    trickle::comm::local& comm_;
+    trickle::traffic_counters start_;
+};
+
+// Independent replicas: nothing is ever sent.
+class none_exchanger final : public exchanger {
+public:
+    std::uint64_t bytes_sent() const override { return 0; }
+};
+
+// One of trickle's algorithm objects, stepped after every optimizer step.
+template <class Algorithm>
+class algorithm_exchanger final : public exchanger {
+public:
+    template <class... Args>
+    explicit algorithm_exchanger(Args&&... args) : algorithm_(std::forward<Args>(args)...) {}
+
+    void after_step() override { algorithm_.step(trickle::exec::host{}); }
+    std::uint64_t bytes_sent() const override { return algorithm_.stats().total.bytes_sent; }
+    const trickle::exchange_stats& stats() const { return algorithm_.stats(); }
+
+private:
+    Algorithm algorithm_;
+};
+
+// The runtime choices, as the policy objects trickle takes at compile time.
+using sampler_choice = std::variant<trickle::sampler::uniform, trickle::sampler::permutation, trickle::sampler::block,
+                                    trickle::sampler::layerwise>;
+using schedule_choice = std::variant<trickle::schedule::constant, trickle::schedule::linear, trickle::schedule::cosine>;
+using topology_choice = std::variant<trickle::topology::all_reduce, trickle::topology::ring>;
+
+inline sampler_choice make_sampler(const sim_config& c) {
+    switch (c.sampler) {
+    case sampler_kind::uniform: return trickle::sampler::uniform{};
+    case sampler_kind::permutation: return trickle::sampler::permutation{};
+    case sampler_kind::block: return trickle::sampler::block{.block_size = static_cast<std::size_t>(c.block_size)};
+    case sampler_kind::layerwise: return trickle::sampler::layerwise{};
+    }
+    throw usage_error("--sampler: unhandled value");
+}
+
+inline schedule_choice make_schedule(const sim_config& c) {
+    const auto steps = static_cast<std::uint64_t>(c.steps);
+    switch (c.fraction_schedule) {
+    case schedule_kind::constant: return trickle::schedule::constant{};
+    case schedule_kind::linear: return trickle::schedule::linear{.end_fraction = c.fraction_end, .steps = steps};
+    case schedule_kind::cosine: return trickle::schedule::cosine{.end_fraction = c.fraction_end, .steps = steps};
+    }
+    throw usage_error("--fraction-schedule: unhandled value");
+}
+
+inline topology_choice make_topology(const sim_config& c) {
+    if (c.topology == topology_kind::ring) return trickle::topology::ring{};
+    return trickle::topology::all_reduce{};
+}
+
+inline trickle::sparta_options make_sparta_options(const sim_config& c) {
+    return {.fraction = c.fraction, .interval = static_cast<std::uint64_t>(c.interval), .seed = c.seed};
+}
+
+// Collective (trickle's algorithms check at construction that all workers agree): every
+// worker calls it at once with the same configuration.
+inline std::unique_ptr<exchanger> make_exchanger(strategy_kind kind, const sim_config& c,
+                                                 const trickle::param_group<float>& group,
+                                                 trickle::comm::local& comm) {
+    switch (kind) {
+    case strategy_kind::ddp: return std::make_unique<ddp_exchanger>(comm);
+    case strategy_kind::none: return std::make_unique<none_exchanger>();
+    case strategy_kind::sparta:
+        return std::visit(
+            [&](auto sam, auto sch, auto top) -> std::unique_ptr<exchanger> {
+                using algorithm = trickle::sparta<decltype(sam), decltype(sch), decltype(top)>;
+                return std::make_unique<algorithm_exchanger<algorithm>>(group, comm, make_sparta_options(c), sam, sch,
+                                                                        top);
+            },
+            make_sampler(c), make_schedule(c), make_topology(c));
+    case strategy_kind::diloco:
+    case strategy_kind::sparta_diloco:
+        throw usage_error("--strategy " + std::string(name_of(kind)) +
+                          ": trickle::diloco is not in this build of trickle yet");
+    }
+    throw usage_error("--strategy: unhandled value");
+}
+
+} // namespace trickle_sim

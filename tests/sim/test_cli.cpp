@@ -1,0 +1,248 @@
+// tests/sim/test_cli.cpp: trickle-sim's command line: every option parses, every bad input is a clear error (exit 2).
+#include "app.hpp"
+#include "options.hpp"
+#include "sim_test_support.hpp"
+
+#include <doctest/doctest.h>
+
+#include <initializer_list>
+#include <sstream>
+#include <string>
+#include <vector>
+
+using namespace trickle_sim;
+
+namespace {
+
+sim_config parse(std::initializer_list<std::string> args) {
+    const std::vector<std::string> v(args);
+    return parse_cli(v);
+}
+
+// The usage_error message for these arguments ("" when they parse).
+std::string error_of(std::initializer_list<std::string> args) {
+    try {
+        parse(args);
+    } catch (const usage_error& e) {
+        return e.what();
+    }
+    return "";
+}
+
+struct cli_result {
+    int code;
+    std::string out, err;
+};
+
+cli_result run(std::initializer_list<std::string> args) {
+    const std::vector<std::string> v(args);
+    std::ostringstream out, err;
+    const int code = run_cli(v, out, err);
+    return {code, out.str(), err.str()};
+}
+
+} // namespace
+
+TEST_CASE("cli: defaults compare ddp, none, sparta and diloco with the documented settings") {
+    const sim_config c = parse({});
+    CHECK(c.strategies == std::vector<strategy_kind>{strategy_kind::ddp, strategy_kind::none, strategy_kind::sparta,
+                                                     strategy_kind::diloco});
+    CHECK(c.workers == 4);
+    CHECK(c.fraction == 0.005);
+    CHECK(c.interval == 1);
+    CHECK(c.sampler == sampler_kind::uniform);
+    CHECK(c.fraction_schedule == schedule_kind::constant);
+    CHECK(c.fraction_end == c.fraction);
+    CHECK(c.outer == outer_kind::nesterov);
+    CHECK(c.outer_lr == doctest::Approx(0.7));
+    CHECK(c.outer_momentum == doctest::Approx(0.9));
+    CHECK(c.topology == topology_kind::all_reduce);
+    CHECK(c.shards == shard_mode::iid);
+    CHECK(c.data_file.empty());
+    CHECK(c.csv.empty());
+    CHECK_FALSE(c.help);
+}
+
+TEST_CASE("cli: every option is read, in both --opt V and --opt=V forms") {
+    const sim_config c = parse({"--strategy", "sparta-diloco,ddp", "--workers=8", "--steps", "123", "--eval-every=7",
+                                "--seed", "18446744073709551615", "--batch", "5", "--lr=0.02", "--warmup", "0",
+                                "--weight-decay", "0.5", "--data", "x.txt", "--shards", "non-iid", "--eval-size", "99",
+                                "--context", "3", "--embed", "5", "--hidden", "6", "--layers", "3", "--fraction",
+                                "0.25", "--sampler", "block", "--block-size", "64", "--interval", "5",
+                                "--fraction-schedule", "cosine", "--fraction-end", "0.01", "--outer-interval", "20",
+                                "--outer", "momentum", "--outer-lr", "0.5", "--outer-momentum", "0.8", "--drop-prob",
+                                "0.25", "--prune", "0.5", "--topology", "ring", "--csv", "out.csv", "--quiet"});
+    CHECK(c.strategies == std::vector<strategy_kind>{strategy_kind::sparta_diloco, strategy_kind::ddp});
+    CHECK(c.workers == 8);
+    CHECK(c.steps == 123);
+    CHECK(c.eval_every == 7);
+    CHECK(c.seed == 18446744073709551615ull);
+    CHECK(c.batch == 5);
+    CHECK(c.lr == doctest::Approx(0.02));
+    CHECK(c.warmup == 0);
+    CHECK(c.weight_decay == doctest::Approx(0.5));
+    CHECK(c.data_file == "x.txt");
+    CHECK(c.shards == shard_mode::non_iid);
+    CHECK(c.eval_size == 99);
+    CHECK(c.model.context == 3);
+    CHECK(c.model.embed == 5);
+    CHECK(c.model.hidden == 6);
+    CHECK(c.model.layers == 3);
+    CHECK(c.fraction == 0.25);
+    CHECK(c.sampler == sampler_kind::block);
+    CHECK(c.block_size == 64);
+    CHECK(c.interval == 5);
+    CHECK(c.fraction_schedule == schedule_kind::cosine);
+    CHECK(c.fraction_end == 0.01);
+    CHECK(c.outer_interval == 20);
+    CHECK(c.outer == outer_kind::momentum);
+    CHECK(c.outer_lr == doctest::Approx(0.5));
+    CHECK(c.outer_momentum == doctest::Approx(0.8));
+    CHECK(c.drop_prob == 0.25);
+    CHECK(c.prune == 0.5);
+    CHECK(c.topology == topology_kind::ring);
+    CHECK(c.csv == "out.csv");
+    CHECK(c.quiet);
+}
+
+TEST_CASE("cli: enumerations accept exactly their documented names") {
+    for (auto [name, s] : {std::pair{"ddp", strategy_kind::ddp}, std::pair{"none", strategy_kind::none},
+                           std::pair{"sparta", strategy_kind::sparta}, std::pair{"diloco", strategy_kind::diloco},
+                           std::pair{"sparta-diloco", strategy_kind::sparta_diloco}})
+        CHECK(parse({"--strategy", name}).strategies == std::vector<strategy_kind>{s});
+    for (auto [name, s] : {std::pair{"uniform", sampler_kind::uniform}, std::pair{"permutation", sampler_kind::permutation},
+                           std::pair{"block", sampler_kind::block}, std::pair{"layerwise", sampler_kind::layerwise}})
+        CHECK(parse({"--strategy", "sparta", "--sampler", name}).sampler == s);
+    for (auto [name, s] : {std::pair{"linear", schedule_kind::linear}, std::pair{"cosine", schedule_kind::cosine}})
+        CHECK(parse({"--strategy", "sparta", "--fraction-schedule", name, "--fraction-end", "0.1"}).fraction_schedule == s);
+    for (auto [name, s] : {std::pair{"nesterov", outer_kind::nesterov}, std::pair{"sgd", outer_kind::sgd},
+                           std::pair{"momentum", outer_kind::momentum}, std::pair{"adam", outer_kind::adam},
+                           std::pair{"average", outer_kind::average}})
+        CHECK(parse({"--strategy", "diloco", "--outer", name}).outer == s);
+    CHECK(parse({"--strategy", "diloco", "--outer", "adam"}).outer_lr == doctest::Approx(default_outer_lr(outer_kind::adam)));
+    CHECK(parse({"--strategy", "sparta", "--topology", "all-reduce"}).topology == topology_kind::all_reduce);
+    CHECK(parse({"--shards", "iid"}).shards == shard_mode::iid);
+    CHECK(parse({"--help"}).help);
+    CHECK(parse({"-h"}).help);
+}
+
+TEST_CASE("cli: bad input is an error that names the option") {
+    struct bad {
+        std::initializer_list<std::string> args;
+        const char* must_contain;
+    };
+    const bad cases[] = {
+        {{"--bogus", "1"}, "unknown option '--bogus'"},
+        {{"--Workers", "2"}, "unknown option '--Workers'"},
+        {{"-w", "2"}, "unexpected argument '-w'"},
+        {{"stray"}, "unexpected argument 'stray'"},
+        {{"--strategy", "allreduce"}, "--strategy: expected one of ddp|none|sparta|diloco|sparta-diloco, got 'allreduce'"},
+        {{"--strategy", "ddp,,none"}, "--strategy: expected one of"},
+        {{"--strategy", "ddp,"}, "--strategy: expected one of"},
+        {{"--strategy", ""}, "--strategy"},
+        {{"--strategy", "ddp,ddp"}, "lists 'ddp' twice"},
+        {{"--strategy", "sparta", "--fraction", "0"}, "--fraction: must be in (0, 1], got '0'"},
+        {{"--strategy", "sparta", "--fraction", "1.5"}, "--fraction: must be in (0, 1], got '1.5'"},
+        {{"--strategy", "sparta", "--fraction", "-0.1"}, "--fraction: must be in (0, 1]"},
+        {{"--strategy", "sparta", "--fraction", "nan"}, "--fraction: expected a finite number"},
+        {{"--strategy", "sparta", "--fraction", "0.1x"}, "--fraction: expected a finite number"},
+        {{"--workers", "0"}, "--workers: must be in [1, 256], got '0'"},
+        {{"--workers", "-3"}, "--workers: must be in [1, 256]"},
+        {{"--workers", "1000"}, "--workers: must be in [1, 256]"},
+        {{"--workers", "2.5"}, "--workers: expected an integer, got '2.5'"},
+        {{"--workers", "99999999999999999999"}, "--workers: must be in"},
+        {{"--workers"}, "--workers: missing value"},
+        {{"--workers", "2", "--workers", "3"}, "--workers: given more than once"},
+        {{"--steps", "0"}, "--steps: must be in"},
+        {{"--eval-every", "0"}, "--eval-every: must be in"},
+        {{"--batch", "0"}, "--batch: must be in"},
+        {{"--lr", "0"}, "--lr: must be in (0, 10]"},
+        {{"--lr", "inf"}, "--lr: expected a finite number"},
+        {{"--weight-decay", "-1"}, "--weight-decay: must be in [0, 100]"},
+        {{"--seed", "-1"}, "--seed"},
+        {{"--data", ""}, "--data: expected a file name"},
+        {{"--csv="}, "--csv: expected a file name"},
+        {{"--corpus-chars", "100"}, "--corpus-chars: must be in"},
+        {{"--shards", "random"}, "--shards: expected one of iid|non-iid"},
+        {{"--context", "0"}, "--context: must be in [1, 256]"},
+        {{"--layers", "9"}, "--layers: must be in [1, 8]"},
+        {{"--strategy", "sparta", "--sampler", "random"}, "--sampler: expected one of uniform|permutation|block|layerwise"},
+        {{"--strategy", "sparta", "--interval", "0"}, "--interval: must be in"},
+        {{"--strategy", "sparta", "--block-size", "8"}, "--block-size: applies to --sampler block only"},
+        {{"--strategy", "sparta", "--fraction-schedule", "step"}, "--fraction-schedule: expected one of constant|linear|cosine"},
+        {{"--strategy", "sparta", "--fraction-schedule", "linear"}, "--fraction-schedule linear: needs --fraction-end"},
+        {{"--strategy", "sparta", "--fraction-end", "0.1"}, "--fraction-end: needs --fraction-schedule linear or cosine"},
+        {{"--strategy", "sparta", "--fraction-schedule", "cosine", "--fraction-end", "0"}, "--fraction-end: must be in (0, 1]"},
+        {{"--strategy", "diloco", "--outer", "lookahead"}, "--outer: expected one of nesterov|sgd|momentum|adam|average"},
+        {{"--strategy", "diloco", "--outer-interval", "0"}, "--outer-interval: must be in"},
+        {{"--strategy", "diloco", "--outer-lr", "0"}, "--outer-lr: must be in (0, 100]"},
+        {{"--strategy", "diloco", "--outer-momentum", "1"}, "--outer-momentum: must be in [0, 1)"},
+        {{"--strategy", "diloco", "--outer", "sgd", "--outer-momentum", "0.5"}, "--outer-momentum: applies to --outer nesterov and momentum only"},
+        {{"--strategy", "diloco", "--outer", "average", "--outer-lr", "0.5"}, "--outer-lr: --outer average has no learning rate"},
+        {{"--strategy", "diloco", "--drop-prob", "1"}, "--drop-prob: must be in [0, 1)"},
+        {{"--strategy", "diloco", "--prune", "-0.5"}, "--prune: must be in [0, 1)"},
+        {{"--strategy", "diloco", "--topology", "star"}, "--topology: expected one of all-reduce|ring"},
+        // Options that would have no effect are refused, not ignored.
+        {{"--strategy", "ddp,none", "--fraction", "0.1"}, "--fraction: applies to sparta and sparta-diloco, but --strategy is ddp,none"},
+        {{"--strategy", "sparta", "--outer-interval", "10"}, "--outer-interval: applies to diloco and sparta-diloco, but --strategy is sparta"},
+        {{"--strategy", "ddp", "--topology", "ring"}, "--topology: applies to sparta and diloco strategies"},
+    };
+    for (const auto& c : cases) {
+        CAPTURE(c.must_contain);
+        const std::string msg = error_of(c.args);
+        CHECK_MESSAGE(msg.find(c.must_contain) != std::string::npos, "got: ", msg);
+    }
+}
+
+TEST_CASE("cli: run_cli exits 2 with the message on stderr for bad options and bad data files") {
+    auto r = run({"--bogus"});
+    CHECK(r.code == 2);
+    CHECK(r.out.empty());
+    CHECK(r.err.find("unknown option '--bogus'") != std::string::npos);
+
+    r = run({"--strategy", "sparta", "--fraction", "0"});
+    CHECK(r.code == 2);
+    CHECK(r.err.find("--fraction") != std::string::npos);
+
+    r = run({"--workers", "0"});
+    CHECK(r.code == 2);
+    CHECK(r.err.find("--workers") != std::string::npos);
+
+    r = run({"--data", "/nonexistent/trickle-sim-no-such-file.txt", "--quiet"});
+    CHECK(r.code == 2);
+    CHECK(r.err.find("--data: file '/nonexistent/trickle-sim-no-such-file.txt' does not exist") != std::string::npos);
+
+    const sim_test::temp_file small("small.txt", "just a few bytes of text, far too few to shard\n");
+    r = run({"--data", small.path(), "--quiet"});
+    CHECK(r.code == 2);
+    CHECK(r.err.find("too few to shard over 4 workers") != std::string::npos);
+
+    const sim_test::temp_file empty("empty.txt");
+    { std::ofstream(empty.path()); }
+    r = run({"--data", empty.path(), "--quiet"});
+    CHECK(r.code == 2);
+    CHECK(r.err.find("is empty") != std::string::npos);
+
+    r = run({"--data", std::filesystem::temp_directory_path().string(), "--quiet"});
+    CHECK(r.code == 2);
+    CHECK(r.err.find("is not a regular file") != std::string::npos);
+
+    r = run({"--strategy", "none", "--steps", "1", "--csv", "/nonexistent/dir/out.csv", "--quiet",
+             "--corpus-chars", "20000", "--hidden", "4", "--embed", "2", "--context", "2", "--eval-size", "8"});
+    CHECK(r.code == 2);
+    CHECK(r.err.find("--csv: cannot open '/nonexistent/dir/out.csv'") != std::string::npos);
+}
+
+TEST_CASE("cli: --help documents every option and exits 0") {
+    const auto r = run({"--help"});
+    CHECK(r.code == 0);
+    CHECK(r.err.empty());
+    for (const char* opt : {"--strategy", "--workers", "--steps", "--eval-every", "--seed", "--batch", "--lr",
+                            "--warmup", "--weight-decay", "--data", "--corpus-chars", "--shards", "--eval-size",
+                            "--context", "--embed", "--hidden", "--layers", "--fraction", "--sampler", "--block-size",
+                            "--interval", "--fraction-schedule", "--fraction-end", "--outer-interval", "--outer",
+                            "--outer-lr", "--outer-momentum", "--drop-prob", "--prune", "--topology", "--csv",
+                            "--quiet", "--help"})
+        CHECK_MESSAGE(r.out.find(opt) != std::string::npos, opt);
+    CHECK(r.out.find("correlation,bytes_sent_per_worker,reduction_vs_ddp,wall_s") != std::string::npos);
+}

@@ -1,0 +1,179 @@
+// tests/sim/test_runs.cpp: short simulated runs of every strategy: CSV, replica behaviour and byte counts.
+#include "app.hpp"
+#include "corpus.hpp"
+#include "sim_test_support.hpp"
+#include "trainer.hpp"
+
+#include <doctest/doctest.h>
+
+#include <trickle/trickle.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+using namespace trickle_sim;
+
+namespace {
+
+bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+std::vector<std::string> split(const std::string& s, char sep) {
+    std::vector<std::string> out;
+    std::string item;
+    std::istringstream is(s);
+    while (std::getline(is, item, sep)) out.push_back(item);
+    if (!s.empty() && s.back() == sep) out.emplace_back();
+    return out;
+}
+
+// Each worker's bytes for `exchanges` all-reduces of `count` floats.
+std::uint64_t all_reduce_total(std::size_t count, int workers, int rank, std::uint64_t exchanges) {
+    return exchanges * trickle::detail::all_reduce_bytes(count, sizeof(float), workers, rank);
+}
+
+} // namespace
+
+TEST_CASE("runs: each strategy completes and the CSV has exactly the documented columns") {
+    const sim_test::temp_file csv("runs.csv");
+    std::vector<std::string> args{"--strategy", "ddp,none,sparta", "--workers", "3", "--steps", "25", "--eval-every",
+                                  "10", "--batch", "4", "--context", "3", "--embed", "3", "--hidden", "8",
+                                  "--layers", "1", "--corpus-chars", "20000", "--eval-size", "64", "--fraction",
+                                  "0.05", "--quiet", "--csv", csv.path()};
+    std::ostringstream out, err;
+    REQUIRE(run_cli(args, out, err) == 0);
+    CHECK(err.str().empty());
+    // The comparison table names every strategy.
+    for (const char* s : {"ddp", "none", "sparta"}) CHECK(out.str().find(std::string("\n") + s + " ") != std::string::npos);
+
+    std::ifstream in(csv.path());
+    std::string line;
+    REQUIRE(std::getline(in, line));
+    CHECK(line == "strategy,step,eval_loss,eval_ppl,train_loss,correlation,bytes_sent_per_worker,reduction_vs_ddp,wall_s");
+    std::vector<std::vector<std::string>> rows;
+    while (std::getline(in, line)) rows.push_back(split(line, ','));
+    REQUIRE(rows.size() == 9); // steps 10, 20 and 25 for each of three strategies
+    const char* names[] = {"ddp", "none", "sparta"};
+    const int steps[] = {10, 20, 25};
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+        const auto& r = rows[i];
+        REQUIRE(r.size() == 9);
+        CHECK(r[0] == names[i / 3]);
+        CHECK(std::stoi(r[1]) == steps[i % 3]);
+        const double loss = std::stod(r[2]), ppl = std::stod(r[3]);
+        CHECK(std::isfinite(loss));
+        CHECK(ppl == doctest::Approx(std::exp(loss)).epsilon(1e-3));
+        CHECK(std::isfinite(std::stod(r[4])));
+        const double corr = std::stod(r[5]);
+        CHECK((corr >= -1.0 && corr <= 1.0));
+        if (i / 3 == 1)
+            CHECK(std::stoull(r[6]) == 0);
+        else
+            CHECK(std::stoull(r[6]) > 0);
+        CHECK(std::stod(r[8]) >= 0.0);
+    }
+    CHECK(rows[0][7] == "1.000");         // ddp against itself
+    CHECK(rows[3][7] == "inf");           // none sends nothing
+    CHECK(std::stod(rows[6][7]) > 10.0);  // sparta at 5%
+}
+
+TEST_CASE("runs: ddp keeps replicas bit-identical and counts the dense gradient all-reduce") {
+    const sim_config cfg = sim_test::tiny_config(3, 30);
+    const dataset data = prepare_data(cfg);
+    const run_result r = run_strategy(cfg, data, strategy_kind::ddp);
+    REQUIRE(r.replicas.size() == 3);
+    for (const auto& rep : r.replicas) CHECK(bitwise_equal(rep, r.replicas[0]));
+    for (int w = 0; w < 3; ++w)
+        CHECK(r.bytes_sent[static_cast<std::size_t>(w)] == all_reduce_total(r.parameters, 3, w, 30));
+    for (const auto& row : r.rows) {
+        CHECK(row.correlation == 1.0);
+        CHECK(row.bytes_sent_per_worker == r.ddp_bytes_per_step * static_cast<std::uint64_t>(row.step));
+        CHECK(row.reduction_vs_ddp == 1.0);
+    }
+    // Training helped.
+    CHECK(r.rows.back().eval_loss < r.rows.front().eval_loss);
+}
+
+TEST_CASE("runs: none replicas diverge and send nothing") {
+    const sim_config cfg = sim_test::tiny_config(3, 30);
+    const dataset data = prepare_data(cfg);
+    const run_result r = run_strategy(cfg, data, strategy_kind::none);
+    CHECK_FALSE(bitwise_equal(r.replicas[0], r.replicas[1]));
+    CHECK_FALSE(bitwise_equal(r.replicas[1], r.replicas[2]));
+    for (auto b : r.bytes_sent) CHECK(b == 0);
+    CHECK(r.rows.back().correlation < 0.95);
+    CHECK(std::isinf(r.rows.back().reduction_vs_ddp));
+}
+
+TEST_CASE("runs: sparta's replica correlation rises over steps, above none's, for the bytes of round(p·n) values") {
+    sim_config cfg = sim_test::tiny_config(3, 60);
+    cfg.fraction = 0.1;
+    const dataset data = prepare_data(cfg);
+    const run_result none = run_strategy(cfg, data, strategy_kind::none);
+    const run_result sp = run_strategy(cfg, data, strategy_kind::sparta);
+    REQUIRE(sp.rows.size() == 6);
+    CHECK(sp.rows.back().correlation > sp.rows.front().correlation + 0.05);
+    for (std::size_t i = 1; i < sp.rows.size(); ++i) CHECK(sp.rows[i].correlation > none.rows[i].correlation);
+    const std::size_t count = static_cast<std::size_t>(std::llround(0.1 * static_cast<double>(sp.parameters)));
+    for (int w = 0; w < 3; ++w)
+        CHECK(sp.bytes_sent[static_cast<std::size_t>(w)] == all_reduce_total(count, 3, w, 60));
+    CHECK_FALSE(bitwise_equal(sp.replicas[0], sp.replicas[1]));
+    CHECK(sp.rows.back().reduction_vs_ddp ==
+          doctest::Approx(static_cast<double>(sp.ddp_bytes_per_step) * 60 / static_cast<double>(sp.rows.back().bytes_sent_per_worker)));
+}
+
+TEST_CASE("runs: sparta every H steps on a ring sends 2 neighbours' worth per exchange") {
+    sim_config cfg = sim_test::tiny_config(4, 23);
+    cfg.fraction = 0.02;
+    cfg.interval = 5;
+    cfg.topology = topology_kind::ring;
+    const dataset data = prepare_data(cfg);
+    const run_result r = run_strategy(cfg, data, strategy_kind::sparta);
+    const std::size_t count = static_cast<std::size_t>(std::llround(0.02 * static_cast<double>(r.parameters)));
+    for (auto b : r.bytes_sent) CHECK(b == 4 /* exchanges: steps 5, 10, 15, 20 */ * 2 * count * sizeof(float));
+}
+
+TEST_CASE("runs: every sampler and fraction schedule runs through the dispatch and exchanges something") {
+    for (auto sampler : {sampler_kind::uniform, sampler_kind::permutation, sampler_kind::block, sampler_kind::layerwise})
+        for (auto schedule : {schedule_kind::constant, schedule_kind::linear, schedule_kind::cosine}) {
+            CAPTURE(name_of(sampler));
+            CAPTURE(name_of(schedule));
+            sim_config cfg = sim_test::tiny_config(2, 6);
+            cfg.eval_every = 6;
+            cfg.fraction = 0.05;
+            cfg.sampler = sampler;
+            cfg.block_size = 16;
+            cfg.fraction_schedule = schedule;
+            cfg.fraction_end = schedule == schedule_kind::constant ? cfg.fraction : 0.01;
+            const dataset data = prepare_data(cfg);
+            const run_result r = run_strategy(cfg, data, strategy_kind::sparta);
+            REQUIRE(r.rows.size() == 1);
+            CHECK(r.rows[0].bytes_sent_per_worker > 0);
+            CHECK(r.rows[0].bytes_sent_per_worker < r.ddp_bytes_per_step * 6 / 5);
+        }
+}
+
+TEST_CASE("runs: one worker trains alone and reports no traffic for every strategy") {
+    sim_config cfg = sim_test::tiny_config(1, 10);
+    const dataset data = prepare_data(cfg);
+    for (auto s : {strategy_kind::ddp, strategy_kind::none, strategy_kind::sparta}) {
+        const run_result r = run_strategy(cfg, data, s);
+        CHECK(r.rows.back().bytes_sent_per_worker == 0);
+        CHECK(r.rows.back().correlation == 1.0);
+    }
+}
+
+TEST_CASE("runs: identical configurations give identical results (threads do not change the numbers)") {
+    const sim_config cfg = sim_test::tiny_config(3, 20);
+    const dataset data = prepare_data(cfg);
+    const run_result a = run_strategy(cfg, data, strategy_kind::sparta);
+    const run_result b = run_strategy(cfg, data, strategy_kind::sparta);
+    for (std::size_t w = 0; w < 3; ++w) CHECK(bitwise_equal(a.replicas[w], b.replicas[w]));
+    CHECK(a.rows.back().eval_loss == b.rows.back().eval_loss);
+    CHECK(a.rows.back().correlation == b.rows.back().correlation);
+}
