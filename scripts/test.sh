@@ -21,8 +21,8 @@ nvcc=$(trickle_find_nvcc || true)
 if [ -n "$nvcc" ] && [ -z "${TRICKLE_NO_CUDA:-}" ]; then
     echo "== cuda: configure, build (sm_80, sm_90), test ($nvcc)"
     cmake --preset cuda -DCMAKE_CUDA_COMPILER="$nvcc" -DTRICKLE_BUILD_BENCHMARKS=ON >/dev/null
-    cmake --build --preset cuda -j "$jobs"
-    ctest --preset cuda -j "$jobs" --timeout 900 -L "cuda|bench"
+    cmake --build --preset cuda -j "$jobs" --target trickle_cuda_checks
+    ctest --preset cuda -j "$jobs" --timeout 900 -L cuda
 else
     echo "== cuda: skipped (no nvcc found; set up the CUDA toolkit to build the CUDA targets)"
 fi
