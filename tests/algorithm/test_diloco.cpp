@@ -421,3 +421,24 @@ TEST_CASE("sparta_diloco: checkpoint round trip through the type-erased object")
     });
     CHECK(ck == again);
 }
+
+TEST_CASE("pruning order: smaller magnitude first, ties by position, NaN last") {
+    std::vector<float> d{0.5f, -0.5f, 0.1f, NAN, -0.1f, 0.5f, INFINITY, 0.2f};
+    const std::vector<std::size_t> off{0, 8};
+    const layout_view lay{off.data(), 1, 8};
+    std::vector<std::uint64_t> keys;
+    detail::prune_host(d.data(), lay, 0.75, keys); // floor(0.75 · 8) = 6 zeroed
+    // Order: 0.1 (2), -0.1 (4), 0.2 (7), 0.5 (0), -0.5 (1), 0.5 (5) | inf (6), NaN (3)
+    CHECK(d[0] == 0.0f);
+    CHECK(d[1] == 0.0f);
+    CHECK(d[2] == 0.0f);
+    CHECK(d[4] == 0.0f);
+    CHECK(d[5] == 0.0f);
+    CHECK(d[7] == 0.0f);
+    CHECK(std::isinf(d[6]));
+    CHECK(std::isnan(d[3]));
+    std::vector<float> e{0.3f, 0.3f, 0.3f, 0.3f};
+    const std::vector<std::size_t> off2{0, 4};
+    detail::prune_host(e.data(), layout_view{off2.data(), 1, 4}, 0.5, keys);
+    CHECK(e == std::vector<float>{0.0f, 0.0f, 0.3f, 0.3f}); // equal magnitudes: the first positions go first
+}

@@ -92,6 +92,27 @@ TEST_CASE("cuda neighbour sums match the host") {
     CHECK(std::memcmp(back.data(), a.data(), n * sizeof(float)) == 0);
 }
 
+TEST_CASE("cuda pruning (CUB segmented sort) zeroes exactly the entries the host zeroes") {
+    const std::vector<std::size_t> sizes{1000, 1, 37, 20000};
+    std::vector<std::size_t> off{0};
+    for (auto z : sizes) off.push_back(off.back() + z);
+    const std::size_t n = off.back();
+    std::vector<float> h(n);
+    for (std::size_t i = 0; i < n; ++i) // many exact ties, both signs
+        h[i] = static_cast<float>(static_cast<int>(random_u64(3, 0, i) % 50) - 25) * 0.125f;
+    h[5] = NAN;
+    auto d = to_device(h);
+    auto doff = to_device(off);
+    const layout_view host_lay{off.data(), static_cast<std::uint32_t>(sizes.size()), n};
+    const layout_view dev_lay{doff.data(), static_cast<std::uint32_t>(sizes.size()), n};
+    std::vector<std::uint64_t> keys;
+    detail::prune_host(h.data(), host_lay, 0.4, keys);
+    detail::prune_scratch scratch;
+    detail::prune_device(exec::cuda{}, d.data(), dev_lay, 0.4, scratch);
+    const auto back = to_host(d.data(), n);
+    CHECK(std::memcmp(back.data(), h.data(), n * sizeof(float)) == 0);
+}
+
 #if TRICKLE_HAS_NCCL
 TEST_CASE("cuda sparta and diloco engines over comm::nccl on one GPU") {
     ncclComm_t nc;

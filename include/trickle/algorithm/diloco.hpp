@@ -13,6 +13,7 @@
 #include <trickle/algorithm/agreement.hpp>
 #include <trickle/algorithm/checkpoint.hpp>
 #include <trickle/algorithm/detail/erased.hpp>
+#include <trickle/algorithm/detail/prune.hpp>
 #include <trickle/algorithm/flat_params.hpp>
 #include <trickle/algorithm/sparta.hpp>
 #include <trickle/algorithm/stats.hpp>
@@ -235,13 +236,8 @@ private:
             rec.set_error(detail::concat("diloco: drop_probability must be in [0, 1), got ", o.drop_probability));
         if (!(o.prune_fraction >= 0.0 && o.prune_fraction < 1.0))
             rec.set_error(detail::concat("diloco: prune_fraction must be in [0, 1), got ", o.prune_fraction));
-        if constexpr (!std::is_same_v<Space, host_space>) {
-            if (o.prune_fraction > 0.0)
-                rec.set_error("diloco: outer-gradient pruning runs on host_space parameters only in this version");
-        } else {
-            if (o.state_in_pinned_host)
-                rec.set_error("diloco: state_in_pinned_host applies to cuda_space parameters only");
-        }
+        if constexpr (std::is_same_v<Space, host_space>)
+            if (o.state_in_pinned_host) rec.set_error("diloco: state_in_pinned_host applies to cuda_space parameters only");
         outer_.describe(rec);
         topology_.describe(rec);
         return rec;
@@ -274,27 +270,6 @@ private:
         state_ = state_buf_.data();
     }
 
-    // Zeroes, per tensor, the floor(q·size) entries of smallest magnitude (ties: the later
-    // index goes first), so each tensor keeps exactly size - floor(q·size) entries.
-    void prune(float* delta) {
-        const layout_view lay = flat_.host_layout();
-        for (std::uint32_t s = 0; s < lay.count; ++s) {
-            const std::size_t begin = lay.offsets[s], size = lay.offsets[s + 1] - begin;
-            const auto drop = static_cast<std::size_t>(std::floor(options_.prune_fraction * static_cast<double>(size)));
-            if (drop == 0) continue;
-            order_.resize(size);
-            for (std::size_t i = 0; i < size; ++i) order_[i] = i;
-            const float* d = delta + begin;
-            auto mag = [d](std::size_t i) {
-                const float a = std::fabs(d[i]);
-                return std::isnan(a) ? INFINITY : a;
-            };
-            std::nth_element(order_.begin(), order_.begin() + static_cast<std::ptrdiff_t>(drop - 1), order_.end(),
-                             [&](std::size_t a, std::size_t b) { return mag(a) < mag(b) || (mag(a) == mag(b) && a > b); });
-            for (std::size_t j = 0; j < drop; ++j) delta[begin + order_[j]] = 0.0f;
-        }
-    }
-
     template <class Exec>
     void outer_step(const Exec& ex) {
         const std::uint64_t attempt = attempts_++;
@@ -309,8 +284,12 @@ private:
         float* buf = ws_.get(0, n_ + 1);
         const traffic_counters before = comm_.traffic();
         for_each_index(ex, n_, outer_delta_body<T>{flat_.view(), snapshot_, dense_wire<float>{buf}, w, buf + n_, 0});
-        if constexpr (std::is_same_v<Space, host_space>)
-            if (options_.prune_fraction > 0.0) prune(buf);
+        if (options_.prune_fraction > 0.0) {
+            if constexpr (std::is_same_v<Space, host_space>)
+                detail::prune_host(buf, flat_.host_layout(), options_.prune_fraction, prune_keys_);
+            else
+                detail::prune_device(ex, buf, flat_.layout(), options_.prune_fraction, prune_scratch_);
+        }
         // The weight travels as the last element, so the sum of weights arrives with the
         // sum of weighted deltas and the average needs no second call.
         topology_.reduce(ex, comm_, buf, n_ + 1, ws_);
@@ -344,7 +323,8 @@ private:
     std::uint64_t attempts_ = 0;  // outer rounds completed (applied + skipped)
     std::uint64_t dense_per_step_ = 0;
     std::uint64_t config_hash_ = 0;
-    std::vector<std::size_t> order_;
+    std::vector<std::uint64_t> prune_keys_;
+    detail::prune_scratch prune_scratch_;
 };
 
 // SPARTA during the inner steps and a DiLoCo outer step every H: the sparse exchange

@@ -200,13 +200,16 @@ private:
                                                   " at step ", t, "; it must be in (0, 1]"));
         const sampler_context ctx{options_.seed, t, stats_.exchanges, p, flat_.layout(), flat_.host_layout()};
         const auto sel = sampler_.select(ctx);
-        using selection_type = std::remove_cvref_t<decltype(sel)>;
         const std::size_t count = sel.count();
         float* buf = ws_.get(0, count);
         const traffic_counters before = comm_.traffic();
-        for_each_index(ex, count, gather_body<T, selection_type>{flat_.view(), sel, buf});
+        // Range bodies: a run of positions or a prefetched batch per call (kernels/sparse_exchange.hpp).
+        using space = typename Exec::memory_space;
+        const auto gather = make_gather<space>(flat_.view(), sel, buf);
+        for_each_index(ex, gather.calls(), gather);
         const int group = topology_.reduce(ex, comm_, buf, count, ws_);
-        for_each_index(ex, count, scatter_body<T, selection_type>{flat_.view(), sel, buf, 1.0f / static_cast<float>(group)});
+        const auto scatter = make_scatter<space>(flat_.view(), sel, buf, 1.0f / static_cast<float>(group));
+        for_each_index(ex, scatter.calls(), scatter);
         stats_.last = comm_.traffic() - before;
         stats_.total += stats_.last;
         stats_.last_values = count;
