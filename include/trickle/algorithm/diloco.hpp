@@ -395,49 +395,26 @@ private:
 //   trickle::diloco<trickle::outer::nesterov> d{params, comm, {.interval = 500}, {.lr = 0.7, .momentum = 0.9}};
 //   d.step(trickle::exec::host{});   // after every inner optimizer step
 template <class Outer = outer::nesterov, class Topology = topology::all_reduce>
-class diloco {
+class diloco : public detail::erased_handle {
 public:
     template <class T, class Space, class Comm>
     diloco(const param_group<T, Space>& group, Comm& comm, diloco_options options = {}, Outer outer = {},
            Topology topology = {})
-        : impl_(std::make_unique<detail::erased_algorithm<diloco_engine<Outer, Topology, T, Space, Comm>>>(
+        : erased_handle(detail::make_erased<diloco_engine<Outer, Topology, T, Space, Comm>>(
               group, comm, options, std::move(outer), std::move(topology))) {}
-
-    template <class Exec>
-    void step(const Exec& ex) {
-        impl_->step(ex);
-    }
-    const exchange_stats& stats() const { return impl_->stats(); }
-    void save(std::ostream& os) const { impl_->save(os); }
-    void load(std::istream& is, const std::string& source = "stream") { impl_->load(is, source); }
-
-private:
-    std::unique_ptr<detail::algorithm_interface> impl_;
 };
 
 // SPARTA + DiLoCo as a concrete object.
 template <class Sampler = sampler::uniform, class Schedule = schedule::constant, class Topology = topology::all_reduce,
           class Outer = outer::nesterov>
-class sparta_diloco {
+class sparta_diloco : public detail::erased_handle {
 public:
     template <class T, class Space, class Comm>
     sparta_diloco(const param_group<T, Space>& group, Comm& comm, sparta_options sparse = {}, diloco_options outer_opts = {},
                   Sampler sampler = {}, Schedule schedule = {}, Topology topology = {}, Outer outer = {})
-        : impl_(std::make_unique<
-                detail::erased_algorithm<sparta_diloco_engine<Sampler, Schedule, Topology, Outer, T, Space, Comm>>>(
+        : erased_handle(detail::make_erased<sparta_diloco_engine<Sampler, Schedule, Topology, Outer, T, Space, Comm>>(
               group, comm, sparse, outer_opts, std::move(sampler), std::move(schedule), std::move(topology),
               std::move(outer))) {}
-
-    template <class Exec>
-    void step(const Exec& ex) {
-        impl_->step(ex);
-    }
-    const exchange_stats& stats() const { return impl_->stats(); }
-    void save(std::ostream& os) const { impl_->save(os); }
-    void load(std::istream& is, const std::string& source = "stream") { impl_->load(is, source); }
-
-private:
-    std::unique_ptr<detail::algorithm_interface> impl_;
 };
 
 TRICKLE_NAMESPACE_END

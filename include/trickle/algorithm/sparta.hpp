@@ -237,24 +237,13 @@ private:
 // execution space that cannot reach the parameters is a runtime error (use
 // sparta_engine for a compile-time one). The communicator must outlive the object.
 template <class Sampler = sampler::uniform, class Schedule = schedule::constant, class Topology = topology::all_reduce>
-class sparta {
+class sparta : public detail::erased_handle {
 public:
     template <class T, class Space, class Comm>
     sparta(const param_group<T, Space>& group, Comm& comm, sparta_options options = {}, Sampler sampler = {},
            Schedule schedule = {}, Topology topology = {})
-        : impl_(std::make_unique<detail::erased_algorithm<sparta_engine<Sampler, Schedule, Topology, T, Space, Comm>>>(
+        : erased_handle(detail::make_erased<sparta_engine<Sampler, Schedule, Topology, T, Space, Comm>>(
               group, comm, options, std::move(sampler), std::move(schedule), std::move(topology))) {}
-
-    template <class Exec>
-    void step(const Exec& ex) {
-        impl_->step(ex);
-    }
-    const exchange_stats& stats() const { return impl_->stats(); }
-    void save(std::ostream& os) const { impl_->save(os); }
-    void load(std::istream& is, const std::string& source = "stream") { impl_->load(is, source); }
-
-private:
-    std::unique_ptr<detail::algorithm_interface> impl_;
 };
 
 TRICKLE_NAMESPACE_END

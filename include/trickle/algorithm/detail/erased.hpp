@@ -12,8 +12,10 @@
 #include <trickle/exec/execution_space.hpp>
 
 #include <istream>
+#include <memory>
 #include <ostream>
 #include <string>
+#include <utility>
 
 TRICKLE_NAMESPACE_BEGIN
 
@@ -58,6 +60,29 @@ private:
 
     Engine engine_;
 };
+
+// The public face shared by sparta, diloco and sparta_diloco: one type-erased engine.
+class erased_handle {
+public:
+    template <class Exec>
+    void step(const Exec& ex) {
+        impl_->step(ex);
+    }
+    const exchange_stats& stats() const { return impl_->stats(); }
+    void save(std::ostream& os) const { impl_->save(os); }
+    void load(std::istream& is, const std::string& source = "stream") { impl_->load(is, source); }
+
+protected:
+    explicit erased_handle(std::unique_ptr<algorithm_interface> impl) : impl_(std::move(impl)) {}
+
+private:
+    std::unique_ptr<algorithm_interface> impl_;
+};
+
+template <class Engine, class... Args>
+std::unique_ptr<algorithm_interface> make_erased(Args&&... args) {
+    return std::make_unique<erased_algorithm<Engine>>(std::forward<Args>(args)...);
+}
 
 } // namespace detail
 
