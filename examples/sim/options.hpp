@@ -54,15 +54,15 @@ inline bool uses_sparta(strategy_kind s) { return s == strategy_kind::sparta || 
 inline bool uses_diloco(strategy_kind s) { return s == strategy_kind::diloco || s == strategy_kind::sparta_diloco; }
 
 // The outer learning rate used when --outer-lr is not given.
-inline float default_outer_lr(outer_kind o) {
+inline double default_outer_lr(outer_kind o) {
     switch (o) {
     case outer_kind::nesterov:
-    case outer_kind::momentum: return 0.7f; // DiLoCo's tuned value
-    case outer_kind::sgd: return 0.7f;
-    case outer_kind::adam: return 0.01f;    // Adam's step is per coordinate, not a fraction of Δ
-    case outer_kind::average: return 1.0f;  // no learning rate: params = snapshot - mean Δ
+    case outer_kind::momentum: return 0.7; // DiLoCo's tuned value
+    case outer_kind::sgd: return 0.7;      // as nesterov, so the two differ only by momentum (1.0 = average)
+    case outer_kind::adam: return 0.01;    // Adam's step is per coordinate, not a fraction of the change
+    case outer_kind::average: return 1.0;  // no learning rate: params = snapshot - mean change
     }
-    return 0.7f;
+    return 0.7;
 }
 
 struct model_config {
@@ -101,8 +101,8 @@ struct sim_config {
     // DiLoCo
     int outer_interval = 100;
     outer_kind outer = outer_kind::nesterov;
-    float outer_lr = 0.7f;
-    float outer_momentum = 0.9f;
+    double outer_lr = 0.7;
+    double outer_momentum = 0.9;
     double drop_prob = 0.0;
     double prune = 0.0;
 
@@ -349,13 +349,13 @@ inline sim_config parse_cli(std::span<const std::string> args) {
         } else if (opt == "--outer-lr") {
             const double x = detail::parse_double(opt, v);
             if (!(x > 0 && x <= 100)) detail::bad_value(opt, v, "must be in (0, 100]");
-            c.outer_lr = static_cast<float>(x);
+            c.outer_lr = x;
             outer_lr_given = true;
             diloco_only.push_back(opt);
         } else if (opt == "--outer-momentum") {
             const double x = detail::parse_double(opt, v);
             if (!(x >= 0 && x < 1)) detail::bad_value(opt, v, "must be in [0, 1)");
-            c.outer_momentum = static_cast<float>(x);
+            c.outer_momentum = x;
             outer_momentum_given = true;
             diloco_only.push_back(opt);
         } else if (opt == "--drop-prob") {

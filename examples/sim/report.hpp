@@ -78,7 +78,7 @@ inline std::string human_reduction(double x) {
     if (std::isnan(x)) return "-";
     if (std::isinf(x)) return "no traffic";
     std::ostringstream os;
-    os << std::fixed << std::setprecision(x < 10 ? 2 : x < 100 ? 1 : 0) << x << 'x';
+    os << std::fixed << std::setprecision(x < 9.995 ? 2 : x < 99.95 ? 1 : 0) << x << 'x';
     return os.str();
 }
 

@@ -100,26 +100,55 @@ inline trickle::sparta_options make_sparta_options(const sim_config& c) {
     return {.fraction = c.fraction, .interval = static_cast<std::uint64_t>(c.interval), .seed = c.seed};
 }
 
+using outer_choice = std::variant<trickle::outer::nesterov, trickle::outer::sgd, trickle::outer::momentum,
+                                  trickle::outer::adam, trickle::outer::average>;
+
+inline outer_choice make_outer(const sim_config& c) {
+    switch (c.outer) {
+    case outer_kind::nesterov: return trickle::outer::nesterov{.lr = c.outer_lr, .momentum = c.outer_momentum};
+    case outer_kind::sgd: return trickle::outer::sgd{.lr = c.outer_lr};
+    case outer_kind::momentum: return trickle::outer::momentum{.lr = c.outer_lr, .momentum = c.outer_momentum};
+    case outer_kind::adam: return trickle::outer::adam{.lr = c.outer_lr};
+    case outer_kind::average: return trickle::outer::average{};
+    }
+    throw usage_error("--outer: unhandled value");
+}
+
+// `weight` is this worker's weight in DiLoCo's average: its shard size, so that uneven
+// (non-iid) shards count in proportion to their data, as the DiLoCo paper does.
+inline trickle::diloco_options make_diloco_options(const sim_config& c, float weight) {
+    return {.interval = static_cast<std::uint64_t>(c.outer_interval),
+            .seed = c.seed,
+            .weight = weight,
+            .drop_probability = c.drop_prob,
+            .prune_fraction = c.prune,
+            // Every worker initialises from the same seed, so they already agree; rank 0's
+            // parameters need not be sent to them (the tests check the replicas start equal).
+            .broadcast_initial = false};
+}
+
+// The factories for trickle's algorithms, one translation unit each (strategies_*.cpp):
+// every combination of policies is a separate instantiation, and keeping them out of the
+// headers means they are compiled once, in parallel, instead of in every file that
+// includes the trainer.
+std::unique_ptr<exchanger> make_sparta_exchanger(const sim_config& c, const trickle::param_group<float>& group,
+                                                 trickle::comm::local& comm);
+std::unique_ptr<exchanger> make_diloco_exchanger(const sim_config& c, const trickle::param_group<float>& group,
+                                                 trickle::comm::local& comm, float weight);
+std::unique_ptr<exchanger> make_sparta_diloco_exchanger(const sim_config& c, const trickle::param_group<float>& group,
+                                                        trickle::comm::local& comm, float weight);
+
 // Collective (trickle's algorithms check at construction that all workers agree): every
-// worker calls it at once with the same configuration.
+// worker calls it at once with the same configuration (the weight aside).
 inline std::unique_ptr<exchanger> make_exchanger(strategy_kind kind, const sim_config& c,
                                                  const trickle::param_group<float>& group,
-                                                 trickle::comm::local& comm) {
+                                                 trickle::comm::local& comm, float weight = 1.0f) {
     switch (kind) {
     case strategy_kind::ddp: return std::make_unique<ddp_exchanger>(comm);
     case strategy_kind::none: return std::make_unique<none_exchanger>();
-    case strategy_kind::sparta:
-        return std::visit(
-            [&](auto sam, auto sch, auto top) -> std::unique_ptr<exchanger> {
-                using algorithm = trickle::sparta<decltype(sam), decltype(sch), decltype(top)>;
-                return std::make_unique<algorithm_exchanger<algorithm>>(group, comm, make_sparta_options(c), sam, sch,
-                                                                        top);
-            },
-            make_sampler(c), make_schedule(c), make_topology(c));
-    case strategy_kind::diloco:
-    case strategy_kind::sparta_diloco:
-        throw usage_error("--strategy " + std::string(name_of(kind)) +
-                          ": trickle::diloco is not in this build of trickle yet");
+    case strategy_kind::sparta: return make_sparta_exchanger(c, group, comm);
+    case strategy_kind::diloco: return make_diloco_exchanger(c, group, comm, weight);
+    case strategy_kind::sparta_diloco: return make_sparta_diloco_exchanger(c, group, comm, weight);
     }
     throw usage_error("--strategy: unhandled value");
 }

@@ -107,11 +107,11 @@ inline run_result run_strategy(const sim_config& cfg, const dataset& data, strat
 
         trickle::param_group<float> group;
         for (const auto& t : model.tensors()) group.add(t.name, params.data() + t.offset, t.size());
-        const auto ex = make_exchanger(kind, cfg, group, comm);
+        const std::vector<std::uint32_t>& shard = data.shards[R];
+        const auto ex = make_exchanger(kind, cfg, group, comm, static_cast<float>(shard.size()));
 
         adamw opt(model, cfg.weight_decay);
         mlp_workspace ws(model, std::max(cfg.batch, eval_batch));
-        const std::vector<std::uint32_t>& shard = data.shards[R];
         rng batches = rng::stream(cfg.seed, 0x6261746368000000ull + static_cast<std::uint64_t>(r));
         std::vector<std::uint32_t> batch(static_cast<std::size_t>(cfg.batch));
         double loss_sum = 0;

@@ -41,15 +41,16 @@ std::uint64_t all_reduce_total(std::size_t count, int workers, int rank, std::ui
 
 TEST_CASE("runs: each strategy completes and the CSV has exactly the documented columns") {
     const sim_test::temp_file csv("runs.csv");
-    std::vector<std::string> args{"--strategy", "ddp,none,sparta", "--workers", "3", "--steps", "25", "--eval-every",
-                                  "10", "--batch", "4", "--context", "3", "--embed", "3", "--hidden", "8",
-                                  "--layers", "1", "--corpus-chars", "20000", "--eval-size", "64", "--fraction",
-                                  "0.05", "--quiet", "--csv", csv.path()};
+    std::vector<std::string> args{"--strategy", "ddp,none,sparta,diloco,sparta-diloco", "--workers", "3", "--steps",
+                                  "25", "--eval-every", "10", "--batch", "4", "--context", "3", "--embed", "3",
+                                  "--hidden", "8", "--layers", "1", "--corpus-chars", "20000", "--eval-size", "64",
+                                  "--fraction", "0.05", "--outer-interval", "5", "--quiet", "--csv", csv.path()};
     std::ostringstream out, err;
     REQUIRE(run_cli(args, out, err) == 0);
     CHECK(err.str().empty());
     // The comparison table names every strategy.
-    for (const char* s : {"ddp", "none", "sparta"}) CHECK(out.str().find(std::string("\n") + s + " ") != std::string::npos);
+    for (const char* s : {"ddp", "none", "sparta", "diloco", "sparta-diloco"})
+        CHECK(out.str().find(std::string("\n") + s + " ") != std::string::npos);
 
     std::ifstream in(csv.path());
     std::string line;
@@ -57,8 +58,8 @@ TEST_CASE("runs: each strategy completes and the CSV has exactly the documented 
     CHECK(line == "strategy,step,eval_loss,eval_ppl,train_loss,correlation,bytes_sent_per_worker,reduction_vs_ddp,wall_s");
     std::vector<std::vector<std::string>> rows;
     while (std::getline(in, line)) rows.push_back(split(line, ','));
-    REQUIRE(rows.size() == 9); // steps 10, 20 and 25 for each of three strategies
-    const char* names[] = {"ddp", "none", "sparta"};
+    REQUIRE(rows.size() == 15); // steps 10, 20 and 25 for each of five strategies
+    const char* names[] = {"ddp", "none", "sparta", "diloco", "sparta-diloco"};
     const int steps[] = {10, 20, 25};
     for (std::size_t i = 0; i < rows.size(); ++i) {
         const auto& r = rows[i];
@@ -80,6 +81,8 @@ TEST_CASE("runs: each strategy completes and the CSV has exactly the documented 
     CHECK(rows[0][7] == "1.000");         // ddp against itself
     CHECK(rows[3][7] == "inf");           // none sends nothing
     CHECK(std::stod(rows[6][7]) > 10.0);  // sparta at 5%
+    CHECK(std::stod(rows[9][7]) > 4.0);   // diloco every 5 steps
+    CHECK(rows[9][5] == "1.000000");      // right after an outer step the replicas agree
 }
 
 TEST_CASE("runs: ddp keeps replicas bit-identical and counts the dense gradient all-reduce") {
@@ -176,4 +179,75 @@ TEST_CASE("runs: identical configurations give identical results (threads do not
     for (std::size_t w = 0; w < 3; ++w) CHECK(bitwise_equal(a.replicas[w], b.replicas[w]));
     CHECK(a.rows.back().eval_loss == b.rows.back().eval_loss);
     CHECK(a.rows.back().correlation == b.rows.back().correlation);
+}
+
+TEST_CASE("runs: diloco sends one all-reduce of n + 1 values per outer step and leaves replicas identical after it") {
+    sim_config cfg = sim_test::tiny_config(3, 30);
+    cfg.outer_interval = 10;
+    const dataset data = prepare_data(cfg);
+    const run_result r = run_strategy(cfg, data, strategy_kind::diloco);
+    for (int w = 0; w < 3; ++w)
+        CHECK(r.bytes_sent[static_cast<std::size_t>(w)] == all_reduce_total(r.parameters + 1, 3, w, 3));
+    for (const auto& rep : r.replicas) CHECK(bitwise_equal(rep, r.replicas[0]));
+    REQUIRE(r.rows.size() == 3);
+    for (const auto& row : r.rows) CHECK(row.correlation == 1.0); // evaluations at 10, 20, 30 follow outer steps
+    CHECK(r.rows.back().reduction_vs_ddp == doctest::Approx(10.0).epsilon(0.01));
+    CHECK(r.rows.back().eval_loss < r.rows.front().eval_loss);
+
+    // Between outer steps the replicas drift apart.
+    cfg.eval_every = 5;
+    const run_result mid = run_strategy(cfg, data, strategy_kind::diloco);
+    CHECK(mid.rows[0].correlation < 1.0);
+    CHECK(mid.rows[1].correlation == 1.0);
+}
+
+TEST_CASE("runs: diloco on a ring, with each outer optimizer, pruning and dropped contributions") {
+    for (auto outer : {outer_kind::nesterov, outer_kind::sgd, outer_kind::momentum, outer_kind::adam, outer_kind::average}) {
+        CAPTURE(name_of(outer));
+        sim_config cfg = sim_test::tiny_config(4, 12);
+        cfg.outer = outer;
+        cfg.outer_lr = default_outer_lr(outer);
+        cfg.outer_interval = 4;
+        cfg.topology = topology_kind::ring;
+        const dataset data = prepare_data(cfg);
+        const run_result r = run_strategy(cfg, data, strategy_kind::diloco);
+        // Ring: each worker sends its n + 1 values to both neighbours, 3 outer steps.
+        for (auto b : r.bytes_sent) CHECK(b == 3 * 2 * (r.parameters + 1) * sizeof(float));
+        CHECK(std::isfinite(r.rows.back().eval_loss));
+    }
+
+    sim_config cfg = sim_test::tiny_config(3, 40);
+    cfg.outer_interval = 2;
+    cfg.drop_prob = 0.5;
+    cfg.prune = 0.5;
+    const dataset data = prepare_data(cfg);
+    const run_result r = run_strategy(cfg, data, strategy_kind::diloco);
+    // A round where every worker's contribution is dropped sends nothing; the others send
+    // the whole (pruned values travel as zeros) n + 1 floats.
+    std::uint64_t rounds = 0;
+    for (std::uint64_t k = 0; k < 20; ++k) {
+        bool any = false;
+        for (int w = 0; w < 3; ++w) any = any || !trickle::detail::dropped_contribution(cfg.seed, 0.5, k, w);
+        rounds += any;
+    }
+    CHECK(rounds < 20);
+    for (int w = 0; w < 3; ++w)
+        CHECK(r.bytes_sent[static_cast<std::size_t>(w)] == all_reduce_total(r.parameters + 1, 3, w, rounds));
+    CHECK(std::isfinite(r.rows.back().eval_loss));
+}
+
+TEST_CASE("runs: sparta-diloco adds the sparse exchanges between outer steps to the outer steps' bytes") {
+    sim_config cfg = sim_test::tiny_config(3, 30);
+    cfg.fraction = 0.05;
+    cfg.interval = 2;
+    cfg.outer_interval = 10;
+    const dataset data = prepare_data(cfg);
+    const run_result r = run_strategy(cfg, data, strategy_kind::sparta_diloco);
+    // Sparse exchanges after steps 2, 4, ..., 30 except those ending an outer round (10, 20, 30).
+    const std::uint64_t sparse = 15 - 3;
+    const std::size_t count = static_cast<std::size_t>(std::llround(0.05 * static_cast<double>(r.parameters)));
+    for (int w = 0; w < 3; ++w)
+        CHECK(r.bytes_sent[static_cast<std::size_t>(w)] ==
+              all_reduce_total(count, 3, w, sparse) + all_reduce_total(r.parameters + 1, 3, w, 3));
+    for (const auto& rep : r.replicas) CHECK(bitwise_equal(rep, r.replicas[0]));
 }

@@ -1,0 +1,16 @@
+// examples/sim/strategies_sparta.cpp: builds trickle::sparta for any sampler, fraction schedule and topology chosen at run time.
+#include "strategies.hpp"
+
+namespace trickle_sim {
+
+std::unique_ptr<exchanger> make_sparta_exchanger(const sim_config& c, const trickle::param_group<float>& group,
+                                                 trickle::comm::local& comm) {
+    return std::visit(
+        [&](auto sam, auto sch, auto top) -> std::unique_ptr<exchanger> {
+            using algorithm = trickle::sparta<decltype(sam), decltype(sch), decltype(top)>;
+            return std::make_unique<algorithm_exchanger<algorithm>>(group, comm, make_sparta_options(c), sam, sch, top);
+        },
+        make_sampler(c), make_schedule(c), make_topology(c));
+}
+
+} // namespace trickle_sim
