@@ -35,6 +35,15 @@ struct block {
             const std::size_t pos = b * block_size + k % block_size;
             return pos < n ? pos : n;
         }
+        // One permutation lookup per block instead of one per position.
+        TRICKLE_HOST_DEVICE bool runs() const { return true; }
+        TRICKLE_HOST_DEVICE selection_run run_at(std::size_t k) const {
+            const std::size_t j = k % block_size;
+            const std::size_t pos = static_cast<std::size_t>(blocks(k / block_size)) * block_size + j;
+            const std::size_t rest = block_size - j;
+            if (pos >= n) return selection_run{n, rest};
+            return selection_run{pos, rest < n - pos ? rest : n - pos};
+        }
     };
 
     selection_type select(const sampler_context& ctx) const {

@@ -4,6 +4,7 @@
 #include <trickle/config.hpp>
 #include <trickle/core/philox.hpp>
 #include <trickle/error.hpp>
+#include <trickle/sampler/random_batch.hpp>
 #include <trickle/sampler/sampler.hpp>
 
 #include <cmath>
@@ -70,6 +71,49 @@ struct layerwise {
             const std::size_t begin = layout.offsets[lo];
             const std::size_t extent = layout.offsets[lo + 1] - begin;
             return begin + static_cast<std::size_t>(bounded(random_u64(seed, stream, k), extent));
+        }
+
+        // The rotating window is one contiguous run (two where it wraps).
+        TRICKLE_HOST_DEVICE bool runs() const { return how == static_cast<int>(mode::rotating); }
+        TRICKLE_HOST_DEVICE selection_run run_at(std::size_t k) const {
+            if (how != static_cast<int>(mode::rotating)) return selection_run{(*this)(k), 1};
+            const std::size_t j = start + k;
+            const std::size_t left = size - k;
+            if (j < layout.total) return selection_run{j, left < layout.total - j ? left : layout.total - j};
+            return selection_run{j - layout.total, left};
+        }
+
+        // The same positions in bulk: consecutive k fall in the same or the next tensors,
+        // so the tensor search runs once and then walks forward, and the Philox draws use
+        // SIMD lanes. (Host only: it reads layout.offsets, which must be host memory.)
+        void positions(std::size_t k0, std::size_t m, std::uint64_t* out) const {
+            if (m == 0) return;
+            if (how == static_cast<int>(mode::rotating)) {
+                for (std::size_t j = 0; j < m; ++j) out[j] = (*this)(k0 + j);
+                return;
+            }
+            detail::random_u64_run(seed, stream, k0, m, out);
+            std::uint32_t lo = 0, hi = layout.count;
+            while (hi - lo > 1) {
+                const std::uint32_t mid = lo + (hi - lo) / 2;
+                if (cumulative(mid) <= k0)
+                    lo = mid;
+                else
+                    hi = mid;
+            }
+            std::size_t next = lo + 1 < layout.count ? cumulative(lo + 1) : ~std::size_t{0};
+            for (std::size_t j = 0; j < m; ++j) {
+                const std::size_t k = k0 + j;
+                // Tensors whose share is empty have cumulative(i + 1) == cumulative(i): skip them
+                // too, as the binary search (last i with cumulative(i) <= k) would.
+                while (next <= k) {
+                    ++lo;
+                    next = lo + 1 < layout.count ? cumulative(lo + 1) : ~std::size_t{0};
+                }
+                const std::size_t begin = layout.offsets[lo];
+                const std::size_t extent = layout.offsets[lo + 1] - begin;
+                out[j] = begin + static_cast<std::size_t>(bounded(out[j], extent));
+            }
         }
     };
 

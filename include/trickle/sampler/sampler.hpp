@@ -7,6 +7,12 @@
 //   sel.count()   number of values the exchange moves
 //   sel(k)        flat position of value k (k < count); a position >= the group's size
 //                 means "padding": the value travels (as 0) but is never written back
+// and, optionally, shortcuts that host kernels use to move memory faster (each must agree
+// with sel(k) exactly; see kernels/sparse_exchange.hpp):
+//   sel.positions(k0, m, out)   out[j] = sel(k0 + j) for j < m, computed in bulk
+//   sel.runs()                  true when run_at pays off for this selection
+//   sel.run_at(k)               a selection_run: the positions of k, k+1, ... that follow
+//                               each other in the flat space
 #pragma once
 
 #include <trickle/algorithm/agreement.hpp>
@@ -29,6 +35,13 @@ struct sampler_context {
     double fraction = 0;        // this exchange's fraction of the group, in (0, 1]
     layout_view layout;         // tensor offsets in the kernels' memory space
     layout_view host_layout;    // the same offsets in host memory
+};
+
+// Values k .. k+len-1 of a selection sit at flat positions pos .. pos+len-1 (len >= 1, and
+// k + len <= count). When pos >= the group's size, all len values are padding.
+struct selection_run {
+    std::size_t pos;
+    std::size_t len;
 };
 
 template <class S>

@@ -3,6 +3,7 @@
 
 #include <trickle/config.hpp>
 #include <trickle/core/philox.hpp>
+#include <trickle/sampler/random_batch.hpp>
 #include <trickle/sampler/sampler.hpp>
 
 #include <cstddef>
@@ -29,6 +30,11 @@ struct uniform {
         TRICKLE_HOST_DEVICE std::size_t count() const { return size; }
         TRICKLE_HOST_DEVICE std::size_t operator()(std::size_t k) const {
             return static_cast<std::size_t>(bounded(random_u64(seed, stream, k), n));
+        }
+        // The same positions, with the Philox rounds of consecutive k in SIMD lanes.
+        void positions(std::size_t k0, std::size_t m, std::uint64_t* out) const {
+            detail::random_u64_run(seed, stream, k0, m, out);
+            for (std::size_t j = 0; j < m; ++j) out[j] = bounded(out[j], n);
         }
     };
 

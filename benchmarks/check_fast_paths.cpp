@@ -1,0 +1,209 @@
+// benchmarks/check_fast_paths.cpp: the benchmarked fast paths write exactly what the one-position bodies write (bit for bit).
+//
+// The range bodies (runs, bulk positions, bucket lookups, prefetch pipelines) and the SIMD
+// Philox lanes are what bench_host measures and what sparta::exchange launches. Here every
+// sampler, dtype and awkward layout (tiny tensors, runs across tensor boundaries, padding,
+// wrap-around, call ranges that split runs) is run through both forms and compared
+// byte for byte. Exit status 0 when all agree.
+#include <trickle/core/dtype.hpp>
+#include <trickle/core/philox.hpp>
+#include <trickle/exec/host.hpp>
+#include <trickle/kernels/flat_view.hpp>
+#include <trickle/kernels/sparse_exchange.hpp>
+#include <trickle/sampler/block.hpp>
+#include <trickle/sampler/layerwise.hpp>
+#include <trickle/sampler/permutation.hpp>
+#include <trickle/sampler/random_batch.hpp>
+#include <trickle/sampler/uniform.hpp>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace {
+
+using namespace trickle;
+
+int failures = 0;
+int checks = 0;
+
+void expect(bool ok, const std::string& what) {
+    ++checks;
+    if (!ok) {
+        ++failures;
+        if (failures <= 20) std::printf("MISMATCH: %s\n", what.c_str());
+    }
+}
+
+// A group of separately allocated tensors (not packed: addresses do not follow offsets).
+template <class T>
+struct group {
+    std::vector<std::vector<T>> tensors;
+    std::vector<segment<T>> segs;
+    std::vector<std::size_t> offsets;
+    std::size_t total = 0;
+
+    explicit group(const std::vector<std::size_t>& sizes) {
+        for (std::size_t s : sizes) {
+            std::vector<T> t(s);
+            for (std::size_t i = 0; i < s; ++i)
+                t[i] = from_float<T>(static_cast<float>((total + i) % 977) * 0.01f - 3.0f);
+            tensors.push_back(std::move(t));
+            total += s;
+        }
+        std::size_t off = 0;
+        for (auto& t : tensors) {
+            segs.push_back(segment<T>{t.data(), off, t.size()});
+            offsets.push_back(off);
+            off += t.size();
+        }
+        offsets.push_back(total);
+    }
+    flat_view<T> view() { return flat_view<T>{segs.data(), static_cast<std::uint32_t>(segs.size()), total}; }
+    layout_view layout() const {
+        return layout_view{offsets.data(), static_cast<std::uint32_t>(segs.size()), total};
+    }
+    std::vector<unsigned char> bytes() const {
+        std::vector<unsigned char> b;
+        for (const auto& t : tensors) {
+            const auto* p = reinterpret_cast<const unsigned char*>(t.data());
+            b.insert(b.end(), p, p + t.size() * sizeof(T));
+        }
+        return b;
+    }
+};
+
+// Positions from an array, with padding (>= total) mixed in, and no bulk shortcut.
+struct padded_selection {
+    const std::uint64_t* idx;
+    std::size_t size;
+    std::size_t count() const { return size; }
+    std::size_t operator()(std::size_t k) const { return static_cast<std::size_t>(idx[k]); }
+};
+
+template <class T, class Sel>
+void compare(const std::vector<std::size_t>& sizes, const Sel& sel, const std::string& what) {
+    const std::size_t count = sel.count();
+    for (std::size_t range : {std::size_t{1}, std::size_t{4}, std::size_t{7}, std::size_t{33}, std::size_t{4096}}) {
+        const std::string tag = what + " range " + std::to_string(range);
+        // gather
+        group<T> g(sizes);
+        std::vector<float> ref(count + 1, -1.0f), fast(count + 1, -1.0f);
+        for_each_index(exec::host{}, count, gather_body<T, Sel>{g.view(), sel, ref.data()});
+        const gather_range_body<T, Sel> gb{g.view(), sel, fast.data(), count, range};
+        for_each_index(exec::host{}, gb.calls(), gb);
+        expect(std::memcmp(ref.data(), fast.data(), ref.size() * sizeof(float)) == 0, "gather " + tag);
+        // scatter, with distinct values so an out-of-order duplicate would show
+        std::vector<float> vals(count);
+        for (std::size_t k = 0; k < count; ++k) vals[k] = static_cast<float>(k % 1013) * 0.37f - 11.0f;
+        group<T> a(sizes), b(sizes);
+        for_each_index(exec::host{}, count, scatter_body<T, Sel>{a.view(), sel, vals.data(), 0.3f});
+        const scatter_range_body<T, Sel> sb{b.view(), sel, vals.data(), 0.3f, count, range};
+        for_each_index(exec::host{}, sb.calls(), sb);
+        expect(a.bytes() == b.bytes(), "scatter " + tag);
+    }
+    // The bodies exchange() picks for host memory.
+    group<T> g(sizes);
+    std::vector<float> ref(count), fast(count);
+    for_each_index(exec::host{}, count, gather_body<T, Sel>{g.view(), sel, ref.data()});
+    const auto mg = make_gather<host_space>(g.view(), sel, fast.data());
+    for_each_index(exec::host{}, mg.calls(), mg);
+    expect(std::memcmp(ref.data(), fast.data(), count * sizeof(float)) == 0, "make_gather " + what);
+}
+
+template <class S>
+void check_positions(const S& sel, std::size_t total, const std::string& what) {
+    if constexpr (requires(std::uint64_t* o) { sel.positions(0, 0, o); }) {
+        const std::size_t count = sel.count();
+        std::vector<std::uint64_t> bulk(count + 3, 7);
+        for (std::size_t k0 : {std::size_t{0}, std::size_t{1}, count / 3}) {
+            if (k0 > count) continue;
+            for (std::size_t m : {count - k0, std::size_t{0}, std::size_t{1}, std::size_t{31}}) {
+                if (k0 + m > count) continue;
+                sel.positions(k0, m, bulk.data());
+                bool same = true;
+                for (std::size_t j = 0; j < m; ++j) same = same && bulk[j] == sel(k0 + j);
+                expect(same, "positions " + what + " k0 " + std::to_string(k0) + " m " + std::to_string(m));
+            }
+        }
+    }
+    if constexpr (detail::run_selection<S>) {
+        if (sel.runs()) {
+            // Every run starts at sel(k) and continues position by position, or is all padding.
+            bool same = true;
+            for (std::size_t k = 0; k < sel.count() && same;) {
+                const auto r = sel.run_at(k);
+                same = r.len >= 1 && k + r.len <= sel.count();
+                for (std::size_t j = 0; j < r.len && same; ++j)
+                    same = r.pos >= total ? sel(k + j) >= total : sel(k + j) == r.pos + j;
+                k += r.len;
+            }
+            expect(same, "runs " + what);
+        }
+    }
+}
+
+template <class T, class Sampler>
+void check_sampler(Sampler s, const std::vector<std::size_t>& sizes, const std::string& name) {
+    group<T> g(sizes);
+    for (double p : {0.0007, 0.01, 0.2, 1.0})
+        for (std::uint64_t t = 0; t < 3; ++t) {
+            const auto sel = s.select(sampler_context{99, t, t, p, g.layout(), g.layout()});
+            const std::string what = name + " p " + std::to_string(p) + " t " + std::to_string(t) + " n " +
+                                     std::to_string(g.total) + " " + dtype_traits<T>::name;
+            check_positions(sel, g.total, what);
+            compare<T>(sizes, sel, what);
+        }
+}
+
+template <class T>
+void check_dtype() {
+    const std::vector<std::vector<std::size_t>> layouts = {
+        {1},
+        {5000},
+        {3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5},
+        {1000, 1, 1, 2, 700, 33, 4096, 5, 1},
+        {70000, 12, 12, 3000, 17, 25000, 1, 9000},
+    };
+    for (const auto& sizes : layouts) {
+        check_sampler<T>(sampler::uniform{}, sizes, "uniform");
+        check_sampler<T>(sampler::permutation{}, sizes, "permutation");
+        for (std::size_t b : {1, 3, 32, 256, 1000})
+            check_sampler<T>(sampler::block{b}, sizes, "block" + std::to_string(b));
+        check_sampler<T>(sampler::layerwise{sampler::layerwise::mode::per_tensor}, sizes, "layerwise");
+        check_sampler<T>(sampler::layerwise{sampler::layerwise::mode::rotating, 0}, sizes, "rotating");
+        // padding mixed into random positions
+        group<T> g(sizes);
+        std::vector<std::uint64_t> idx(997);
+        for (std::size_t k = 0; k < idx.size(); ++k)
+            idx[k] = k % 5 == 0 ? g.total + k : bounded(random_u64(3, 4, k), g.total);
+        compare<T>(sizes, padded_selection{idx.data(), idx.size()}, "padded n " + std::to_string(g.total));
+    }
+}
+
+void check_philox_lanes() {
+    std::vector<std::uint64_t> out(300);
+    for (std::uint64_t k0 : {std::uint64_t{0}, std::uint64_t{12345}, (std::uint64_t{1} << 32) - 5,
+                             ~std::uint64_t{0} - 400})
+        for (std::size_t m : {0, 1, 7, 8, 15, 16, 17, 31, 32, 33, 64, 299}) {
+            detail::random_u64_run(0x1234567890abcdefull, 0xfedcba0987654321ull, k0, m, out.data());
+            bool same = true;
+            for (std::size_t j = 0; j < m; ++j)
+                same = same && out[j] == random_u64(0x1234567890abcdefull, 0xfedcba0987654321ull, k0 + j);
+            expect(same, "random_u64_run k0 " + std::to_string(k0) + " m " + std::to_string(m));
+        }
+}
+
+} // namespace
+
+int main() {
+    check_philox_lanes();
+    check_dtype<float>();
+    check_dtype<half>();
+    check_dtype<bfloat16>();
+    std::printf("%d checks, %d mismatches (Philox lanes: %s)\n", checks, failures,
+                TRICKLE_PHILOX_SIMD ? "SIMD" : "scalar");
+    return failures == 0 ? 0 : 1;
+}

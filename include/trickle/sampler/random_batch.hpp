@@ -1,0 +1,149 @@
+// trickle/sampler/random_batch.hpp: random_u64 for a run of consecutive indices, several lanes at a time on x86-64 hosts.
+//
+// A host gather draws one Philox value per exchanged position; done one at a time, the ten
+// dependent multiply rounds cost more than the cache miss they feed. Philox is the same
+// arithmetic for every index, so lanes of a SIMD register compute consecutive indices
+// together. Results are bit for bit those of random_u64: the rounds are the same 32x32->64
+// multiplies and xors, only spread over lanes (unsigned integer arithmetic has no rounding).
+//
+// The widest instruction set the translation unit is compiled for is used (AVX-512F, AVX2,
+// else SSE2, which every x86-64 has); elsewhere, and in code nvcc compiles, a scalar loop.
+#pragma once
+
+#include <trickle/config.hpp>
+#include <trickle/core/philox.hpp>
+
+#include <cstddef>
+#include <cstdint>
+
+#if !defined(__CUDACC__) && (defined(__x86_64__) || defined(_M_X64)) && (defined(__GNUC__) || defined(__clang__))
+#define TRICKLE_PHILOX_SIMD 1
+#include <immintrin.h>
+#else
+#define TRICKLE_PHILOX_SIMD 0
+#endif
+
+TRICKLE_NAMESPACE_BEGIN
+
+namespace detail {
+
+#if TRICKLE_PHILOX_SIMD
+
+// One register type's operations, each lane holding one 32-bit Philox word zero-extended
+// to 64 bits (so the 32x32->64 multiply is a single mul_epu32, which reads the low half).
+struct sse2_lanes {
+    using reg = __m128i;
+    static constexpr int width = 2;
+    static constexpr int unroll = 2; // 16 registers: 4 words x 2 plus 5 constants
+    static reg splat(std::uint64_t v) { return _mm_set1_epi64x(static_cast<long long>(v)); }
+    static reg iota() { return _mm_set_epi64x(1, 0); }
+    static reg add(reg a, reg b) { return _mm_add_epi64(a, b); }
+    static reg mul(reg a, reg b) { return _mm_mul_epu32(a, b); }
+    static reg shr32(reg a) { return _mm_srli_epi64(a, 32); }
+    static reg shl32(reg a) { return _mm_slli_epi64(a, 32); }
+    static reg bxor(reg a, reg b) { return _mm_xor_si128(a, b); }
+    static reg band(reg a, reg b) { return _mm_and_si128(a, b); }
+    static reg bor(reg a, reg b) { return _mm_or_si128(a, b); }
+    static void store(std::uint64_t* p, reg a) { _mm_storeu_si128(reinterpret_cast<__m128i*>(p), a); }
+};
+
+#if defined(__AVX2__)
+struct avx2_lanes {
+    using reg = __m256i;
+    static constexpr int width = 4;
+    static constexpr int unroll = 2;
+    static reg splat(std::uint64_t v) { return _mm256_set1_epi64x(static_cast<long long>(v)); }
+    static reg iota() { return _mm256_set_epi64x(3, 2, 1, 0); }
+    static reg add(reg a, reg b) { return _mm256_add_epi64(a, b); }
+    static reg mul(reg a, reg b) { return _mm256_mul_epu32(a, b); }
+    static reg shr32(reg a) { return _mm256_srli_epi64(a, 32); }
+    static reg shl32(reg a) { return _mm256_slli_epi64(a, 32); }
+    static reg bxor(reg a, reg b) { return _mm256_xor_si256(a, b); }
+    static reg band(reg a, reg b) { return _mm256_and_si256(a, b); }
+    static reg bor(reg a, reg b) { return _mm256_or_si256(a, b); }
+    static void store(std::uint64_t* p, reg a) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), a); }
+};
+#endif
+
+#if defined(__AVX512F__)
+struct avx512_lanes {
+    using reg = __m512i;
+    static constexpr int width = 8;
+    static constexpr int unroll = 4; // 32 registers
+    static reg splat(std::uint64_t v) { return _mm512_set1_epi64(static_cast<long long>(v)); }
+    static reg iota() { return _mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0); }
+    static reg add(reg a, reg b) { return _mm512_add_epi64(a, b); }
+    static reg mul(reg a, reg b) { return _mm512_mul_epu32(a, b); }
+    static reg shr32(reg a) { return _mm512_srli_epi64(a, 32); }
+    static reg shl32(reg a) { return _mm512_slli_epi64(a, 32); }
+    static reg bxor(reg a, reg b) { return _mm512_xor_si512(a, b); }
+    static reg band(reg a, reg b) { return _mm512_and_si512(a, b); }
+    static reg bor(reg a, reg b) { return _mm512_or_si512(a, b); }
+    static void store(std::uint64_t* p, reg a) { _mm512_storeu_si512(reinterpret_cast<void*>(p), a); }
+};
+using philox_lanes = avx512_lanes;
+#elif defined(__AVX2__)
+using philox_lanes = avx2_lanes;
+#else
+using philox_lanes = sse2_lanes;
+#endif
+
+// out[j] = random_u64(seed, stream, k0 + j) for j < V::width * U: U registers side by side,
+// so the multiplies of independent registers overlap in the pipeline.
+template <class V, int U>
+inline void random_u64_lanes(std::uint64_t seed, std::uint64_t stream, std::uint64_t k0, std::uint64_t* out) {
+    using reg = typename V::reg;
+    const reg lo = V::splat(0xffffffffull);
+    const reg m0 = V::splat(philox4x32_10::m0);
+    const reg m1 = V::splat(philox4x32_10::m1);
+    reg c0[U], c1[U], c2[U], c3[U];
+    for (int u = 0; u < U; ++u) {
+        const reg k = V::add(V::splat(k0 + static_cast<std::uint64_t>(u * V::width)), V::iota());
+        c0[u] = V::band(k, lo);
+        c1[u] = V::shr32(k);
+        c2[u] = V::splat(static_cast<std::uint32_t>(stream));
+        c3[u] = V::splat(stream >> 32);
+    }
+    std::uint32_t key0 = static_cast<std::uint32_t>(seed);
+    std::uint32_t key1 = static_cast<std::uint32_t>(seed >> 32);
+    for (int r = 0; r < 10; ++r) {
+        if (r > 0) {
+            key0 += philox4x32_10::w0;
+            key1 += philox4x32_10::w1;
+        }
+        const reg k0v = V::splat(key0);
+        const reg k1v = V::splat(key1);
+        for (int u = 0; u < U; ++u) {
+            // The high halves of c1 and c3 may hold garbage from the products: mul_epu32
+            // ignores them, and the final mask removes them.
+            const reg p0 = V::mul(c0[u], m0);
+            const reg p1 = V::mul(c2[u], m1);
+            c0[u] = V::bxor(V::bxor(V::shr32(p1), c1[u]), k0v);
+            c1[u] = p1;
+            c2[u] = V::bxor(V::bxor(V::shr32(p0), c3[u]), k1v);
+            c3[u] = p0;
+        }
+    }
+    for (int u = 0; u < U; ++u)
+        V::store(out + u * V::width, V::bor(V::shl32(c1[u]), V::band(c0[u], lo)));
+}
+
+#endif // TRICKLE_PHILOX_SIMD
+
+// out[j] = random_u64(seed, stream, k0 + j) for j < m.
+inline void random_u64_run(std::uint64_t seed, std::uint64_t stream, std::uint64_t k0, std::size_t m,
+                           std::uint64_t* out) {
+    std::size_t j = 0;
+#if TRICKLE_PHILOX_SIMD
+    constexpr std::size_t step = static_cast<std::size_t>(philox_lanes::width) * philox_lanes::unroll;
+    const std::size_t whole = m / step;
+    for (std::size_t v = 0; v < whole; ++v)
+        random_u64_lanes<philox_lanes, philox_lanes::unroll>(seed, stream, k0 + v * step, out + v * step);
+    j = whole * step;
+#endif
+    for (std::size_t t = j; t < m; ++t) out[t] = random_u64(seed, stream, k0 + t);
+}
+
+} // namespace detail
+
+TRICKLE_NAMESPACE_END
