@@ -43,10 +43,10 @@ cli_result run(std::initializer_list<std::string> args) {
 
 } // namespace
 
-TEST_CASE("cli: defaults compare ddp, none, sparta and diloco with the documented settings") {
+TEST_CASE("cli: defaults compare ddp, none, sparta, diloco and sparta-diloco with the documented settings") {
     const sim_config c = parse({});
     CHECK(c.strategies == std::vector<strategy_kind>{strategy_kind::ddp, strategy_kind::none, strategy_kind::sparta,
-                                                     strategy_kind::diloco});
+                                                     strategy_kind::diloco, strategy_kind::sparta_diloco});
     CHECK(c.workers == 4);
     CHECK(c.fraction == 0.005);
     CHECK(c.interval == 1);
