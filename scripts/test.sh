@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds trickle and runs every test: the host suites (Debug, ASan + UBSan), the MPI
-# suites under mpirun, the consumer builds, and — when the CUDA toolkit is present —
+# suites under mpirun, the consumer builds, the threaded suites again under
+# ThreadSanitizer, and — when the CUDA toolkit is present —
 # the CUDA build for sm_80 and sm_90, whose GPU tests run where a GPU exists and are
 # reported as skipped elsewhere. Installs missing Debian packages when run as root.
 #   scripts/test.sh            everything
@@ -16,6 +17,11 @@ echo "== host: configure, build, test (Debug, ASan + UBSan)"
 cmake --preset host >/dev/null
 cmake --build --preset host -j "$jobs"
 ctest --preset host -j "$jobs" --timeout 900
+
+echo "== host-tsan: the threaded communicator and the algorithms under ThreadSanitizer"
+cmake --preset host-tsan >/dev/null
+cmake --build --preset host-tsan -j "$jobs"
+ctest --preset host-tsan -j "$jobs" --timeout 900
 
 nvcc=$(trickle_find_nvcc || true)
 if [ -n "$nvcc" ] && [ -z "${TRICKLE_NO_CUDA:-}" ]; then
