@@ -8,9 +8,10 @@
 //     - contiguous runs (block, rotating window): one sampler lookup and one segment
 //       lookup per run, then a loop the compiler vectorizes like a copy;
 //     - random positions on the host: positions computed in bulk (SIMD Philox), then
-//       addresses resolved and prefetched one batch ahead of the loads and stores, so
-//       dozens of cache misses are in flight instead of the one or two an out-of-order
-//       core overlaps while it is busy with the arithmetic of the next position.
+//       each address resolved (a bucket table, not a binary search) and prefetched a
+//       fixed distance ahead of its load or store, so a few dozen cache misses stay in
+//       flight instead of the one or two an out-of-order core overlaps while it is busy
+//       with the arithmetic of the next position.
 // Both shapes write the same values to the same places, in the same order within a call.
 #pragma once
 
@@ -75,27 +76,26 @@ inline void host_positions(const S& sel, std::size_t k, std::size_t m, std::uint
         for (std::size_t j = 0; j < m; ++j) out[j] = sel(k + j);
 }
 
+// Into L2 rather than L1 (locality 2: prefetcht1), and with read intent even for lines
+// that will be written: both measured faster for scattered lines, because L1 prefetches
+// (prefetcht0, prefetchw) that find the L1 miss buffers full hold up the instructions
+// behind them. A line read from memory with no other holder arrives writable anyway.
 template <class T>
-inline void prefetch_read(const T* p) {
+inline void prefetch(const T* p) {
 #if defined(__GNUC__) || defined(__clang__)
-    __builtin_prefetch(p, 0, 3);
+    __builtin_prefetch(p, 0, 2);
 #else
     (void)p;
 #endif
 }
 
-template <class T>
-inline void prefetch_write(const T* p) {
-#if defined(__GNUC__) || defined(__clang__)
-    __builtin_prefetch(p, 1, 3);
-#else
-    (void)p;
-#endif
-}
-
-// Values per batch of the host pipeline: enough misses in flight to cover the memory
-// latency, few enough that the addresses stay in registers and L1.
+// Host pipeline shape: positions are computed `host_batch` at a time (whole SIMD Philox
+// registers), and each value's address is resolved and prefetched `prefetch_distance`
+// values before it is loaded or stored. A steady distance keeps about as many misses in
+// flight as the core can track, one new prefetch per value; bursts of a whole batch of
+// prefetches were measured slower, as were binary segment searches in the loop.
 inline constexpr std::size_t host_batch = 32;
+inline constexpr std::size_t prefetch_distance = 32;
 
 // Host only: flat position -> address in about two loads, for the random positions of one
 // call. Bucket b (positions [b << shift, (b + 1) << shift)) starts at segment first[b];
@@ -130,6 +130,38 @@ struct segment_index {
         return segs[s].data + (pos - segs[s].offset);
     }
 };
+
+// Host only: calls visit(k, address of sel(k)) for k in [k, k1), in order, with every
+// address prefetched prefetch_distance values ahead. Padding positions get `pad` (a zero
+// to read, or a dummy to write).
+template <class T, class Sel, class Visit>
+inline void host_random_pass(const flat_view<T>& params, const Sel& sel, std::size_t k, std::size_t k1, T* pad,
+                             const Visit& visit) {
+    constexpr std::size_t C = host_batch, D = prefetch_distance, R = 64;
+    static_assert(R >= C + D && R % C == 0, "the rings hold the positions computed ahead and the addresses in flight");
+    const segment_index<T> index(params, k1 - k);
+    std::uint64_t pos[R];
+    T* addr[R];
+    const std::size_t base = k;
+    std::size_t made = k; // positions computed for [base, made), in chunks of C from base
+    auto resolve = [&](std::size_t f) {
+        const std::size_t r = (f - base) % R;
+        if (f == made) {
+            const std::size_t m = k1 - made < C ? k1 - made : C;
+            host_positions(sel, made, m, pos + r); // r is a multiple of C: no wrap inside a chunk
+            made += m;
+        }
+        T* a = pos[r] < params.total ? index.address(pos[r]) : pad;
+        prefetch(a);
+        addr[r] = a;
+    };
+    const std::size_t lead = k1 - k < D ? k1 : k + D;
+    for (std::size_t f = k; f < lead; ++f) resolve(f);
+    for (; k < k1; ++k) {
+        if (k + D < k1) resolve(k + D);
+        visit(k, addr[(k - base) % R]);
+    }
+}
 
 // dst[j] = float(src[j]) and dst[j] = T(src[j] * scale), written so the compiler sees
 // plain non-aliasing loops it can vectorize.
@@ -241,35 +273,14 @@ private:
     }
 
 #if !TRICKLE_ON_DEVICE
-    // Addresses of values k .. k+m-1, prefetched; padding reads a zero instead.
-    void stage(const detail::segment_index<T>& index, std::size_t k, std::size_t m, const T** addr,
-               const T* zero) const {
-        std::uint64_t pos[detail::host_batch];
-        detail::host_positions(sel, k, m, pos);
-        for (std::size_t j = 0; j < m; ++j) {
-            addr[j] = pos[j] < params.total ? index.address(pos[j]) : zero;
-            detail::prefetch_read(addr[j]);
-        }
-    }
+    struct load_value {
+        float* buf;
+        void operator()(std::size_t k, const T* a) const { buf[k] = to_float(*a); }
+    };
 
-    // Addresses are resolved and prefetched one batch ahead of the loads, so the misses
-    // of a whole batch overlap each other and the position arithmetic of the next one.
     void gather_pipelined(std::size_t k, std::size_t k1) const {
-        constexpr std::size_t B = detail::host_batch;
-        const detail::segment_index<T> index(params, k1 - k);
-        const T zero = from_float<T>(0.0f);
-        const T* addr[2][B];
-        int cur = 0;
-        stage(index, k, k1 - k < B ? k1 - k : B, addr[0], &zero);
-        while (k < k1) {
-            const std::size_t m = k1 - k < B ? k1 - k : B;
-            const std::size_t next = k + m;
-            if (next < k1) stage(index, next, k1 - next < B ? k1 - next : B, addr[cur ^ 1], &zero);
-            const T* const* a = addr[cur];
-            for (std::size_t j = 0; j < m; ++j) buf[k + j] = to_float(*a[j]);
-            k = next;
-            cur ^= 1;
-        }
+        T zero = from_float<T>(0.0f);
+        detail::host_random_pass(params, sel, k, k1, &zero, load_value{buf});
     }
 #endif
 };
@@ -325,34 +336,17 @@ private:
     }
 
 #if !TRICKLE_ON_DEVICE
-    // Addresses of values k .. k+m-1, prefetched for writing; padding writes to a dummy.
-    void stage(const detail::segment_index<T>& index, std::size_t k, std::size_t m, T** addr, T* dummy) const {
-        std::uint64_t pos[detail::host_batch];
-        detail::host_positions(sel, k, m, pos);
-        for (std::size_t j = 0; j < m; ++j) {
-            addr[j] = pos[j] < params.total ? index.address(pos[j]) : dummy;
-            detail::prefetch_write(addr[j]);
-        }
-    }
+    struct store_value {
+        const float* buf;
+        float scale;
+        void operator()(std::size_t k, T* a) const { *a = from_float<T>(buf[k] * scale); }
+    };
 
-    // As gather_pipelined. Stores stay in k order, so a position selected twice ends with
-    // the value of its last k, as in scatter_body.
+    // Stores stay in k order, so a position selected twice ends with the value of its
+    // last k, as with scatter_body.
     void scatter_pipelined(std::size_t k, std::size_t k1) const {
-        constexpr std::size_t B = detail::host_batch;
-        const detail::segment_index<T> index(params, k1 - k);
         T dummy{};
-        T* addr[2][B];
-        int cur = 0;
-        stage(index, k, k1 - k < B ? k1 - k : B, addr[0], &dummy);
-        while (k < k1) {
-            const std::size_t m = k1 - k < B ? k1 - k : B;
-            const std::size_t next = k + m;
-            if (next < k1) stage(index, next, k1 - next < B ? k1 - next : B, addr[cur ^ 1], &dummy);
-            T* const* a = addr[cur];
-            for (std::size_t j = 0; j < m; ++j) *a[j] = from_float<T>(buf[k + j] * scale);
-            k = next;
-            cur ^= 1;
-        }
+        detail::host_random_pass(params, sel, k, k1, &dummy, store_value{buf, scale});
     }
 #endif
 };
