@@ -76,9 +76,11 @@ inline int run_simulation(const sim_config& cfg, std::ostream& out) {
     }
     out << '\n';
     print_table(out, runs);
-    out << "\neval loss/ppl: the averaged model (mean of the replicas) on held-out text; corr: mean pairwise\n"
-           "correlation of the replicas' changes since initialisation; sent/worker: bytes the busiest worker\n"
-           "sent (trickle's counters); vs ddp: ddp's bytes for the same steps divided by this strategy's.\n";
+    out << "\neval loss/ppl: the averaged model (mean of the replicas) on held-out text, in nats per character;\n"
+           "replica loss: the replicas alone on the same text (mean); train loss: the replicas on their own\n"
+           "batches since the previous evaluation; corr: mean pairwise correlation of the replicas' changes since\n"
+           "initialisation; sent/worker: bytes the busiest worker sent for training, from trickle's counters;\n"
+           "vs ddp: ddp's bytes for the same steps divided by this strategy's.\n";
     return 0;
 }
 

@@ -4,6 +4,7 @@
 #include "options.hpp"
 #include "trainer.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -82,19 +83,22 @@ inline std::string human_reduction(double x) {
     return os.str();
 }
 
-// One line per strategy: its last evaluation.
+// One line per strategy: its last evaluation, and its replicas' own held-out loss.
 inline void print_table(std::ostream& os, const std::vector<run_result>& runs) {
     os << std::left << std::setw(15) << "strategy" << std::right << std::setw(10) << "eval loss" << std::setw(9)
-       << "eval ppl" << std::setw(11) << "train loss" << std::setw(9) << "corr" << std::setw(14) << "sent/worker"
-       << std::setw(12) << "vs ddp" << std::setw(9) << "wall s" << '\n';
+       << "eval ppl" << std::setw(13) << "replica loss" << std::setw(11) << "train loss" << std::setw(8) << "corr"
+       << std::setw(13) << "sent/worker" << std::setw(12) << "vs ddp" << std::setw(8) << "wall s" << '\n';
     for (const auto& run : runs) {
         if (run.rows.empty()) continue;
         const eval_row& r = run.rows.back();
+        double replica = 0;
+        for (double l : run.replica_eval_loss) replica += l;
+        replica /= static_cast<double>(std::max<std::size_t>(1, run.replica_eval_loss.size()));
         os << std::left << std::setw(15) << r.strategy << std::right << std::setw(10) << detail::number(r.eval_loss, 4)
-           << std::setw(9) << detail::number(r.eval_ppl, 3) << std::setw(11) << detail::number(r.train_loss, 4)
-           << std::setw(9) << detail::number(r.correlation, 4) << std::setw(14) << human_bytes(r.bytes_sent_per_worker)
-           << std::setw(12) << human_reduction(r.reduction_vs_ddp) << std::setw(9) << detail::number(r.wall_s, 1)
-           << '\n';
+           << std::setw(9) << detail::number(r.eval_ppl, 3) << std::setw(13) << detail::number(replica, 4)
+           << std::setw(11) << detail::number(r.train_loss, 4) << std::setw(8) << detail::number(r.correlation, 3)
+           << std::setw(13) << human_bytes(r.bytes_sent_per_worker) << std::setw(12)
+           << human_reduction(r.reduction_vs_ddp) << std::setw(8) << detail::number(r.wall_s, 1) << '\n';
     }
 }
 

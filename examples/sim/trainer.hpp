@@ -43,6 +43,7 @@ struct run_result {
     std::vector<eval_row> rows;
     std::vector<std::vector<float>> replicas;  // each worker's final parameters
     std::vector<std::uint64_t> bytes_sent;     // each worker's final bytes, from trickle's counters
+    std::vector<double> replica_eval_loss;     // each worker's own replica on the held-out text, at the end
     std::uint64_t ddp_bytes_per_step = 0;      // the dense gradient all-reduce, busiest worker
     std::size_t parameters = 0;
     double wall_s = 0;
@@ -85,6 +86,7 @@ inline run_result run_strategy(const sim_config& cfg, const dataset& data, strat
     result.parameters = n;
     result.replicas.resize(W);
     result.bytes_sent.resize(W);
+    result.replica_eval_loss.resize(W);
     result.ddp_bytes_per_step = ddp_bytes_per_step(n, N);
 
     // What the workers share for measuring.
@@ -167,6 +169,10 @@ inline run_result run_strategy(const sim_config& cfg, const dataset& data, strat
             result.rows.push_back(std::move(row));
         }
         result.bytes_sent[R] = ex->bytes_sent();
+        // Each replica alone, to set against the averaged model: when replicas have drifted
+        // apart, their average is worse than any of them.
+        result.replica_eval_loss[R] =
+            ws.loss_sum(params.data(), data.tokens.data(), data.eval_positions.data(), M) / static_cast<double>(M);
         result.replicas[R] = std::move(params);
     });
     result.wall_s = result.rows.empty() ? 0.0 : result.rows.back().wall_s;

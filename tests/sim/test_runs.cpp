@@ -98,8 +98,9 @@ TEST_CASE("runs: ddp keeps replicas bit-identical and counts the dense gradient 
         CHECK(row.bytes_sent_per_worker == r.ddp_bytes_per_step * static_cast<std::uint64_t>(row.step));
         CHECK(row.reduction_vs_ddp == 1.0);
     }
-    // Training helped.
+    // Training helped; the average of identical replicas is each of them.
     CHECK(r.rows.back().eval_loss < r.rows.front().eval_loss);
+    for (double l : r.replica_eval_loss) CHECK(l == doctest::Approx(r.rows.back().eval_loss).epsilon(1e-9));
 }
 
 TEST_CASE("runs: none replicas diverge and send nothing") {
