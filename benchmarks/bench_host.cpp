@@ -3,6 +3,7 @@
 // Every kernel runs on one thread (exec::host), as does the copy that defines B_copy, so
 // pct_of_copy compares like with like. Run with --benchmark_format=json for
 // scripts/bench_tables.py; TRICKLE_BENCH_SMOKE=1 makes every case tiny.
+#include "bench_flags.hpp"
 #include "common.hpp"
 
 #include <trickle/algorithm/flat_params.hpp>
@@ -233,23 +234,23 @@ void bm_exchange(benchmark::State& state, const tb::exchange_case c, Sampler sam
         switch (c.op) {
         case exchange_op::gather: {
             const auto g = trickle::make_gather<host_space>(view, sel, buf);
-            for_each_index(ex, g.calls(), g);
+            trickle::for_each_index(ex, g.calls(), g);
             total.moved += pass.moved;
             total.useful += pass.useful;
             break;
         }
         case exchange_op::scatter: {
             const auto s = trickle::make_scatter<host_space>(view, sel, buf, 1.0f);
-            for_each_index(ex, s.calls(), s);
+            trickle::for_each_index(ex, s.calls(), s);
             total.moved += pass.moved;
             total.useful += pass.useful;
             break;
         }
         case exchange_op::fused: {
             const auto g = trickle::make_gather<host_space>(view, sel, buf);
-            for_each_index(ex, g.calls(), g);
+            trickle::for_each_index(ex, g.calls(), g);
             const auto s = trickle::make_scatter<host_space>(view, sel, buf, 1.0f);
-            for_each_index(ex, s.calls(), s);
+            trickle::for_each_index(ex, s.calls(), s);
             total.moved += 2 * pass.moved;
             total.useful += 2 * pass.useful;
             break;
@@ -282,9 +283,9 @@ void bm_exchange(benchmark::State& state, const tb::exchange_case c, Sampler sam
             const std::vector<std::uint64_t>& idx = d.idx[t];
             const index_selection isel{idx.data(), idx.size()};
             const auto g = trickle::make_gather<host_space>(view, isel, buf);
-            for_each_index(ex, g.calls(), g);
+            trickle::for_each_index(ex, g.calls(), g);
             const auto s = trickle::make_scatter<host_space>(view, isel, buf, 1.0f);
-            for_each_index(ex, s.calls(), s);
+            trickle::for_each_index(ex, s.calls(), s);
             total.moved += 2 * (pass.moved + static_cast<double>(idx.size()) * 8);
             total.useful += 2 * pass.useful;
             break;
@@ -351,11 +352,11 @@ void bm_diloco(benchmark::State& state, const tb::diloco_case c) {
     const trickle::exec::host ex;
     for (auto _ : state) {
         if (c.op == tb::diloco_op::delta)
-            for_each_index(ex, n,
+            trickle::for_each_index(ex, n,
                            trickle::outer_delta_body<T>{m.flat.view(), snapshot.data(),
                                                         trickle::dense_wire<float>{wire.data()}, 1.0f, nullptr, 0});
         else
-            for_each_index(ex, n,
+            trickle::for_each_index(ex, n,
                            trickle::outer_update_body<T, rule_type>{m.flat.view(), snapshot.data(), momentum.data(),
                                                                     trickle::dense_wire<float>{wire.data()}, rule,
                                                                     1.0f, wire.data() + n, 0});
@@ -451,7 +452,7 @@ int main(int argc, char** argv) {
     benchmark::AddCustomContext("B_copy_bytes_per_second", text);
     benchmark::AddCustomContext("B_copy_kind", "single-thread loop copy of 256 MB, ordinary stores, best of 5");
     benchmark::AddCustomContext("compiler", tb::compiler_string());
-    benchmark::AddCustomContext("flags", TRICKLE_BENCH_FLAGS);
+    benchmark::AddCustomContext("flags", TRICKLE_BENCH_HOST_FLAGS);
     benchmark::AddCustomContext("threads", "1 (exec::host); allreduce: N threads");
     benchmark::AddCustomContext("smoke", tb::smoke() ? "yes" : "no");
     benchmark::AddCustomContext("philox_lanes", TRICKLE_PHILOX_SIMD ? (

@@ -207,18 +207,18 @@ struct scatter_body {
     }
 };
 
-// Values per call of a range body in memory space Space for a selection of type S: large
-// on the host (per-call set-up is amortized, and OpenMP threads still get many calls);
-// on a GPU one value per thread for random positions, and a few for runs, so one block
-// lookup serves several adjacent loads.
+// Values per call of a range body in memory space Space for selection sel: many on the
+// host (per-call set-up is amortized, and OpenMP threads still get many calls); on a GPU
+// one value per thread for random positions, and a few for runs, so one block lookup
+// serves several adjacent loads.
 template <class Space, class S>
-constexpr std::size_t exchange_range() {
-    if constexpr (std::is_same_v<Space, host_space>)
+TRICKLE_HOST_DEVICE std::size_t exchange_range(const S& sel) {
+    if constexpr (std::is_same_v<Space, host_space>) {
+        (void)sel;
         return 4096;
-    else if constexpr (detail::run_selection<S>)
-        return 4;
+    }
     else
-        return 1;
+        return detail::uses_runs(sel) ? 4 : 1;
 }
 
 // gather_body over values [c·range, (c+1)·range) ∩ [0, count) per call c; launch it for
@@ -354,13 +354,13 @@ private:
 // The range bodies exchange() launches for parameters in memory space Space.
 template <class Space, class T, class Selection>
 gather_range_body<T, Selection> make_gather(const flat_view<T>& params, const Selection& sel, float* buf) {
-    return {params, sel, buf, static_cast<std::size_t>(sel.count()), exchange_range<Space, Selection>()};
+    return {params, sel, buf, static_cast<std::size_t>(sel.count()), exchange_range<Space>(sel)};
 }
 
 template <class Space, class T, class Selection>
 scatter_range_body<T, Selection> make_scatter(const flat_view<T>& params, const Selection& sel, const float* buf,
                                               float scale) {
-    return {params, sel, buf, scale, static_cast<std::size_t>(sel.count()), exchange_range<Space, Selection>()};
+    return {params, sel, buf, scale, static_cast<std::size_t>(sel.count()), exchange_range<Space>(sel)};
 }
 
 // buf[k] += other[k]
