@@ -124,10 +124,15 @@ struct segment_index {
         }
     }
 
-    T* address(std::size_t pos) const {
+    const segment<T>* find(std::size_t pos) const {
         std::uint32_t s = first[pos >> shift];
         while (s + 1 < count && segs[s + 1].offset <= pos) ++s;
-        return segs[s].data + (pos - segs[s].offset);
+        return segs + s;
+    }
+
+    T* address(std::size_t pos) const {
+        const segment<T>* s = find(pos);
+        return s->data + (pos - s->offset);
     }
 };
 
@@ -160,6 +165,53 @@ inline void host_random_pass(const flat_view<T>& params, const Sel& sel, std::si
     for (; k < k1; ++k) {
         if (k + D < k1) resolve(k + D);
         visit(k, addr[(k - base) % R]);
+    }
+}
+
+// Host only: calls visit(segment of pos, k, pos, m) for the runs covering [k, k1), in
+// order (segment nullptr for padding), computing runs ahead and prefetching the first
+// lines of each about run_lines_ahead lines before its copy. Runs of a few lines (small
+// blocks) are otherwise latency-bound: one sampler lookup, one miss, one short copy at a
+// time; long runs are streamed by the hardware prefetcher once started.
+inline constexpr std::size_t run_lines_ahead = 32;
+
+template <class T, class Sel, class Visit>
+inline void host_run_pass(const flat_view<T>& params, const Sel& sel, std::size_t k, std::size_t k1,
+                          const Visit& visit) {
+    struct run {
+        const segment<T>* seg;
+        std::size_t k, pos, len;
+    };
+    constexpr std::size_t R = 32;
+    constexpr std::size_t line = 64;
+    const segment_index<T> index(params, (k1 - k) / 8);
+    run ring[R];
+    std::size_t made = 0, done = 0, next = k, ahead = 1;
+    auto produce = [&] {
+        const auto r = sel.run_at(next);
+        const std::size_t m = r.len < k1 - next ? r.len : k1 - next;
+        const segment<T>* seg = r.pos < params.total ? index.find(r.pos) : nullptr;
+        if (seg != nullptr) {
+            // Within the run's first tensor only, so no address leaves an allocation.
+            const std::size_t in_seg = seg->offset + seg->size - r.pos;
+            const std::size_t bytes = (m < in_seg ? m : in_seg) * sizeof(T);
+            const char* p = reinterpret_cast<const char*>(seg->data + (r.pos - seg->offset));
+            for (std::size_t b = 0; b < bytes && b < 8 * line; b += line) prefetch(p + b);
+        }
+        ring[made % R] = run{seg, next, r.pos, m};
+        if (made == 0) { // runs of one selection have one length: size the lead once
+            const std::size_t lines = (m * sizeof(T) + line - 1) / line;
+            ahead = run_lines_ahead / (lines == 0 ? 1 : lines);
+            ahead = ahead < 1 ? 1 : ahead > R - 1 ? R - 1 : ahead;
+        }
+        next += m;
+        ++made;
+    };
+    while (next < k1 || done < made) {
+        while (next < k1 && made - done <= ahead) produce();
+        const run& r = ring[done % R];
+        visit(r.seg, r.k, r.pos, r.len);
+        ++done;
     }
 }
 
@@ -248,28 +300,42 @@ struct gather_range_body {
     }
 
 private:
+    // Values k .. k+m-1 from positions pos .. pos+m-1, starting in segment s (a run may
+    // cross into the next tensors); zeros when s is nullptr (padding).
+    TRICKLE_HOST_DEVICE void gather_run(const segment<T>* s, std::size_t k, std::size_t pos, std::size_t m) const {
+        if (s == nullptr) {
+            for (std::size_t j = 0; j < m; ++j) buf[k + j] = 0.0f;
+            return;
+        }
+        while (m > 0) {
+            const std::size_t left = s->offset + s->size - pos;
+            const std::size_t n = m < left ? m : left;
+            detail::load_run(buf + k, s->data + (pos - s->offset), n);
+            k += n;
+            pos += n;
+            m -= n;
+            ++s;
+        }
+    }
+
+    struct run_loader {
+        const gather_range_body* body;
+        TRICKLE_HOST_DEVICE void operator()(const segment<T>* s, std::size_t k, std::size_t pos, std::size_t m) const {
+            body->gather_run(s, k, pos, m);
+        }
+    };
+
     TRICKLE_HOST_DEVICE void gather_runs(std::size_t k, std::size_t k1) const {
+#if TRICKLE_ON_DEVICE
         while (k < k1) {
             const auto r = sel.run_at(k);
-            std::size_t m = r.len < k1 - k ? r.len : k1 - k;
-            if (r.pos >= params.total) {
-                for (std::size_t j = 0; j < m; ++j) buf[k + j] = 0.0f;
-                k += m;
-                continue;
-            }
-            // A run may cross from one tensor into the next.
-            std::size_t pos = r.pos;
-            const segment<T>* s = detail::find_segment(params, pos);
-            while (m > 0) {
-                const std::size_t left = s->offset + s->size - pos;
-                const std::size_t n = m < left ? m : left;
-                detail::load_run(buf + k, s->data + (pos - s->offset), n);
-                k += n;
-                pos += n;
-                m -= n;
-                ++s;
-            }
+            const std::size_t m = r.len < k1 - k ? r.len : k1 - k;
+            gather_run(r.pos < params.total ? detail::find_segment(params, r.pos) : nullptr, k, r.pos, m);
+            k += m;
         }
+#else
+        detail::host_run_pass(params, sel, k, k1, run_loader{this});
+#endif
     }
 
 #if !TRICKLE_ON_DEVICE
@@ -313,26 +379,39 @@ struct scatter_range_body {
     }
 
 private:
+    // Positions pos .. pos+m-1 = values k .. k+m-1, starting in segment s; nothing when
+    // s is nullptr (padding).
+    TRICKLE_HOST_DEVICE void scatter_run(const segment<T>* s, std::size_t k, std::size_t pos, std::size_t m) const {
+        if (s == nullptr) return;
+        while (m > 0) {
+            const std::size_t left = s->offset + s->size - pos;
+            const std::size_t n = m < left ? m : left;
+            detail::store_run(s->data + (pos - s->offset), buf + k, scale, n);
+            k += n;
+            pos += n;
+            m -= n;
+            ++s;
+        }
+    }
+
+    struct run_storer {
+        const scatter_range_body* body;
+        TRICKLE_HOST_DEVICE void operator()(const segment<T>* s, std::size_t k, std::size_t pos, std::size_t m) const {
+            body->scatter_run(s, k, pos, m);
+        }
+    };
+
     TRICKLE_HOST_DEVICE void scatter_runs(std::size_t k, std::size_t k1) const {
+#if TRICKLE_ON_DEVICE
         while (k < k1) {
             const auto r = sel.run_at(k);
-            std::size_t m = r.len < k1 - k ? r.len : k1 - k;
-            if (r.pos >= params.total) {
-                k += m;
-                continue;
-            }
-            std::size_t pos = r.pos;
-            const segment<T>* s = detail::find_segment(params, pos);
-            while (m > 0) {
-                const std::size_t left = s->offset + s->size - pos;
-                const std::size_t n = m < left ? m : left;
-                detail::store_run(s->data + (pos - s->offset), buf + k, scale, n);
-                k += n;
-                pos += n;
-                m -= n;
-                ++s;
-            }
+            const std::size_t m = r.len < k1 - k ? r.len : k1 - k;
+            scatter_run(r.pos < params.total ? detail::find_segment(params, r.pos) : nullptr, k, r.pos, m);
+            k += m;
         }
+#else
+        detail::host_run_pass(params, sel, k, k1, run_storer{this});
+#endif
     }
 
 #if !TRICKLE_ON_DEVICE
