@@ -455,16 +455,11 @@ int main(int argc, char** argv) {
     benchmark::AddCustomContext("flags", TRICKLE_BENCH_HOST_FLAGS);
     benchmark::AddCustomContext("threads", "1 (exec::host); allreduce: N threads");
     benchmark::AddCustomContext("smoke", tb::smoke() ? "yes" : "no");
-    benchmark::AddCustomContext("philox_lanes", TRICKLE_PHILOX_SIMD ? (
-#if defined(__AVX512F__)
-                                                                          "avx512"
-#elif defined(__AVX2__)
-                                                                          "avx2"
+#if TRICKLE_PHILOX_SIMD
+    benchmark::AddCustomContext("philox_lanes", trickle::detail::philox_simd_name());
 #else
-                                                                          "sse2"
+    benchmark::AddCustomContext("philox_lanes", "scalar");
 #endif
-                                                                          )
-                                                                    : "scalar");
     std::fprintf(stderr, "B_copy = %.2f GB/s (single-thread copy, read + written)\n", b_copy / 1e9);
     register_all();
     benchmark::RunSpecifiedBenchmarks();

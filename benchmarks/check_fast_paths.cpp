@@ -194,6 +194,25 @@ void check_philox_lanes() {
                 same = same && out[j] == random_u64(0x1234567890abcdefull, 0xfedcba0987654321ull, k0 + j);
             expect(same, "random_u64_run k0 " + std::to_string(k0) + " m " + std::to_string(m));
         }
+#if TRICKLE_PHILOX_SIMD
+    // Every lane width this CPU can run, not only the one random_u64_run picks.
+    const std::uint64_t k0 = (std::uint64_t{1} << 32) - 21;
+    auto same_as_scalar = [&](std::size_t n, const char* what) {
+        bool same = true;
+        for (std::size_t j = 0; j < n; ++j) same = same && out[j] == random_u64(5, 6, k0 + j);
+        expect(same, what);
+    };
+    detail::random_u64_steps<detail::sse2_lanes>(5, 6, k0, 16, out.data());
+    same_as_scalar(16 * 4, "sse2 lanes");
+    if (detail::philox_simd_level() >= 1) {
+        detail::random_u64_avx2(5, 6, k0, 8, out.data());
+        same_as_scalar(8 * 8, "avx2 lanes");
+    }
+    if (detail::philox_simd_level() >= 2) {
+        detail::random_u64_avx512(5, 6, k0, 4, out.data());
+        same_as_scalar(4 * 32, "avx512 lanes");
+    }
+#endif
 }
 
 } // namespace
@@ -203,7 +222,11 @@ int main() {
     check_dtype<float>();
     check_dtype<half>();
     check_dtype<bfloat16>();
-    std::printf("%d checks, %d mismatches (Philox lanes: %s)\n", checks, failures,
-                TRICKLE_PHILOX_SIMD ? "SIMD" : "scalar");
+#if TRICKLE_PHILOX_SIMD
+    const char* lanes = detail::philox_simd_name();
+#else
+    const char* lanes = "scalar";
+#endif
+    std::printf("%d checks, %d mismatches (Philox lanes: %s)\n", checks, failures, lanes);
     return failures == 0 ? 0 : 1;
 }

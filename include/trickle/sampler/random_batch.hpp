@@ -6,8 +6,10 @@
 // together. Results are bit for bit those of random_u64: the rounds are the same 32x32->64
 // multiplies and xors, only spread over lanes (unsigned integer arithmetic has no rounding).
 //
-// The widest instruction set the translation unit is compiled for is used (AVX-512F, AVX2,
-// else SSE2, which every x86-64 has); elsewhere, and in code nvcc compiles, a scalar loop.
+// On x86-64 with GCC or Clang the widest of AVX-512F, AVX2 and SSE2 (which every x86-64
+// has) is chosen at run time from the CPU, so a build without -march flags still gets the
+// wide lanes; a build for AVX-512F uses it directly. Elsewhere, and in code nvcc compiles,
+// a scalar loop.
 #pragma once
 
 #include <trickle/config.hpp>
@@ -29,8 +31,20 @@ namespace detail {
 
 #if TRICKLE_PHILOX_SIMD
 
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+// Member functions below return AVX registers in translation units built without AVX;
+// they are only ever inlined into functions compiled for that instruction set.
+#pragma GCC diagnostic ignored "-Wpsabi"
+// GCC 12 reports the deliberately undefined registers inside its own AVX-512 intrinsics.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+
 // One register type's operations, each lane holding one 32-bit Philox word zero-extended
 // to 64 bits (so the 32x32->64 multiply is a single mul_epu32, which reads the low half).
+// The wider sets carry target attributes: their code is only reached through
+// random_u64_avx2 / random_u64_avx512 below, after a CPU check.
 struct sse2_lanes {
     using reg = __m128i;
     static constexpr int width = 2;
@@ -47,46 +61,41 @@ struct sse2_lanes {
     static void store(std::uint64_t* p, reg a) { _mm_storeu_si128(reinterpret_cast<__m128i*>(p), a); }
 };
 
-#if defined(__AVX2__)
+#define TRICKLE_AVX2 __attribute__((target("avx2")))
 struct avx2_lanes {
     using reg = __m256i;
     static constexpr int width = 4;
     static constexpr int unroll = 2;
-    static reg splat(std::uint64_t v) { return _mm256_set1_epi64x(static_cast<long long>(v)); }
-    static reg iota() { return _mm256_set_epi64x(3, 2, 1, 0); }
-    static reg add(reg a, reg b) { return _mm256_add_epi64(a, b); }
-    static reg mul(reg a, reg b) { return _mm256_mul_epu32(a, b); }
-    static reg shr32(reg a) { return _mm256_srli_epi64(a, 32); }
-    static reg shl32(reg a) { return _mm256_slli_epi64(a, 32); }
-    static reg bxor(reg a, reg b) { return _mm256_xor_si256(a, b); }
-    static reg band(reg a, reg b) { return _mm256_and_si256(a, b); }
-    static reg bor(reg a, reg b) { return _mm256_or_si256(a, b); }
-    static void store(std::uint64_t* p, reg a) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), a); }
+    TRICKLE_AVX2 static reg splat(std::uint64_t v) { return _mm256_set1_epi64x(static_cast<long long>(v)); }
+    TRICKLE_AVX2 static reg iota() { return _mm256_set_epi64x(3, 2, 1, 0); }
+    TRICKLE_AVX2 static reg add(reg a, reg b) { return _mm256_add_epi64(a, b); }
+    TRICKLE_AVX2 static reg mul(reg a, reg b) { return _mm256_mul_epu32(a, b); }
+    TRICKLE_AVX2 static reg shr32(reg a) { return _mm256_srli_epi64(a, 32); }
+    TRICKLE_AVX2 static reg shl32(reg a) { return _mm256_slli_epi64(a, 32); }
+    TRICKLE_AVX2 static reg bxor(reg a, reg b) { return _mm256_xor_si256(a, b); }
+    TRICKLE_AVX2 static reg band(reg a, reg b) { return _mm256_and_si256(a, b); }
+    TRICKLE_AVX2 static reg bor(reg a, reg b) { return _mm256_or_si256(a, b); }
+    TRICKLE_AVX2 static void store(std::uint64_t* p, reg a) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), a); }
 };
-#endif
+#undef TRICKLE_AVX2
 
-#if defined(__AVX512F__)
+#define TRICKLE_AVX512 __attribute__((target("avx512f")))
 struct avx512_lanes {
     using reg = __m512i;
     static constexpr int width = 8;
     static constexpr int unroll = 4; // 32 registers
-    static reg splat(std::uint64_t v) { return _mm512_set1_epi64(static_cast<long long>(v)); }
-    static reg iota() { return _mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0); }
-    static reg add(reg a, reg b) { return _mm512_add_epi64(a, b); }
-    static reg mul(reg a, reg b) { return _mm512_mul_epu32(a, b); }
-    static reg shr32(reg a) { return _mm512_srli_epi64(a, 32); }
-    static reg shl32(reg a) { return _mm512_slli_epi64(a, 32); }
-    static reg bxor(reg a, reg b) { return _mm512_xor_si512(a, b); }
-    static reg band(reg a, reg b) { return _mm512_and_si512(a, b); }
-    static reg bor(reg a, reg b) { return _mm512_or_si512(a, b); }
-    static void store(std::uint64_t* p, reg a) { _mm512_storeu_si512(reinterpret_cast<void*>(p), a); }
+    TRICKLE_AVX512 static reg splat(std::uint64_t v) { return _mm512_set1_epi64(static_cast<long long>(v)); }
+    TRICKLE_AVX512 static reg iota() { return _mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0); }
+    TRICKLE_AVX512 static reg add(reg a, reg b) { return _mm512_add_epi64(a, b); }
+    TRICKLE_AVX512 static reg mul(reg a, reg b) { return _mm512_mul_epu32(a, b); }
+    TRICKLE_AVX512 static reg shr32(reg a) { return _mm512_srli_epi64(a, 32); }
+    TRICKLE_AVX512 static reg shl32(reg a) { return _mm512_slli_epi64(a, 32); }
+    TRICKLE_AVX512 static reg bxor(reg a, reg b) { return _mm512_xor_si512(a, b); }
+    TRICKLE_AVX512 static reg band(reg a, reg b) { return _mm512_and_si512(a, b); }
+    TRICKLE_AVX512 static reg bor(reg a, reg b) { return _mm512_or_si512(a, b); }
+    TRICKLE_AVX512 static void store(std::uint64_t* p, reg a) { _mm512_storeu_si512(reinterpret_cast<void*>(p), a); }
 };
-using philox_lanes = avx512_lanes;
-#elif defined(__AVX2__)
-using philox_lanes = avx2_lanes;
-#else
-using philox_lanes = sse2_lanes;
-#endif
+#undef TRICKLE_AVX512
 
 // out[j] = random_u64(seed, stream, k0 + j) for j < V::width * U: U registers side by side,
 // so the multiplies of independent registers overlap in the pipeline.
@@ -128,6 +137,50 @@ inline void random_u64_lanes(std::uint64_t seed, std::uint64_t stream, std::uint
         V::store(out + u * V::width, V::bor(V::shl32(c1[u]), V::band(c0[u], lo)));
 }
 
+// Whole registers' worth of values: out[j] for j < steps * V::width * V::unroll. flatten
+// inlines the generic rounds and the lane operations into one function compiled for the
+// instruction set, which is what makes the target attributes above legal to call.
+template <class V>
+inline void random_u64_steps(std::uint64_t seed, std::uint64_t stream, std::uint64_t k0, std::size_t steps,
+                             std::uint64_t* out) {
+    constexpr std::size_t step = static_cast<std::size_t>(V::width) * V::unroll;
+    for (std::size_t v = 0; v < steps; ++v) random_u64_lanes<V, V::unroll>(seed, stream, k0 + v * step, out + v * step);
+}
+
+__attribute__((target("avx2"), flatten)) inline void random_u64_avx2(std::uint64_t seed, std::uint64_t stream,
+                                                                     std::uint64_t k0, std::size_t steps,
+                                                                     std::uint64_t* out) {
+    random_u64_steps<avx2_lanes>(seed, stream, k0, steps, out);
+}
+
+__attribute__((target("avx512f"), flatten)) inline void random_u64_avx512(std::uint64_t seed, std::uint64_t stream,
+                                                                          std::uint64_t k0, std::size_t steps,
+                                                                          std::uint64_t* out) {
+    random_u64_steps<avx512_lanes>(seed, stream, k0, steps, out);
+}
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
+// The widest lanes this CPU runs: 2 for AVX-512F, 1 for AVX2, 0 for SSE2.
+inline int philox_simd_level() {
+#if defined(__AVX512F__)
+    return 2;
+#else
+    static const int level = [] {
+        __builtin_cpu_init();
+        return __builtin_cpu_supports("avx512f") ? 2 : __builtin_cpu_supports("avx2") ? 1 : 0;
+    }();
+    return level;
+#endif
+}
+
+inline const char* philox_simd_name() {
+    const int level = philox_simd_level();
+    return level == 2 ? "avx512f" : level == 1 ? "avx2" : "sse2";
+}
+
 #endif // TRICKLE_PHILOX_SIMD
 
 // out[j] = random_u64(seed, stream, k0 + j) for j < m.
@@ -135,11 +188,26 @@ inline void random_u64_run(std::uint64_t seed, std::uint64_t stream, std::uint64
                            std::uint64_t* out) {
     std::size_t j = 0;
 #if TRICKLE_PHILOX_SIMD
-    constexpr std::size_t step = static_cast<std::size_t>(philox_lanes::width) * philox_lanes::unroll;
-    const std::size_t whole = m / step;
-    for (std::size_t v = 0; v < whole; ++v)
-        random_u64_lanes<philox_lanes, philox_lanes::unroll>(seed, stream, k0 + v * step, out + v * step);
-    j = whole * step;
+    switch (philox_simd_level()) {
+    case 2: {
+        constexpr std::size_t step = avx512_lanes::width * avx512_lanes::unroll;
+        random_u64_avx512(seed, stream, k0, m / step, out);
+        j = m / step * step;
+        break;
+    }
+    case 1: {
+        constexpr std::size_t step = avx2_lanes::width * avx2_lanes::unroll;
+        random_u64_avx2(seed, stream, k0, m / step, out);
+        j = m / step * step;
+        break;
+    }
+    default: {
+        constexpr std::size_t step = sse2_lanes::width * sse2_lanes::unroll;
+        random_u64_steps<sse2_lanes>(seed, stream, k0, m / step, out);
+        j = m / step * step;
+        break;
+    }
+    }
 #endif
     for (std::size_t t = j; t < m; ++t) out[t] = random_u64(seed, stream, k0 + t);
 }
