@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Reproduces docs/experiments.md: runs trickle-sim on the Debian license texts for every
 # experiment (CSV files in docs/experiments/), then draws the figures
-# (scripts/plot_experiments.py). About 10 minutes on two cores.
+# (scripts/plot_experiments.py). About 15 minutes on two cores.
 #   scripts/experiments.sh                  build (Release preset) and run everything
 #   SIM=path/to/trickle-sim scripts/experiments.sh   use an existing binary
 #   scripts/experiments.sh --plot-only      redraw the figures from the existing CSVs
