@@ -76,6 +76,7 @@ inline double reduction(std::uint64_t reference, std::uint64_t bytes) {
 // usage_error for a strategy this build cannot run).
 inline run_result run_strategy(const sim_config& cfg, const dataset& data, strategy_kind kind,
                                step_observer* observer = nullptr) {
+    single_threaded_blas();
     const mlp model(cfg.model, data.vocab());
     const std::size_t n = model.size();
     const int N = cfg.workers;
