@@ -246,6 +246,7 @@ inline sim_config parse_cli(std::span<const std::string> args) {
         if (const auto eq = opt.find('='); eq != std::string::npos) {
             value = opt.substr(eq + 1);
             opt.resize(eq);
+            if (opt == "--quiet" || opt == "--help") throw usage_error(opt + ": takes no value");
         }
         static constexpr std::string_view known[] = {
             "--strategy", "--workers", "--steps", "--eval-every", "--seed", "--batch", "--lr", "--warmup",

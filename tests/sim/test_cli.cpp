@@ -153,6 +153,7 @@ TEST_CASE("cli: bad input is an error that names the option") {
         {{"--workers", "99999999999999999999"}, "--workers: must be in"},
         {{"--workers"}, "--workers: missing value"},
         {{"--workers", "2", "--workers", "3"}, "--workers: given more than once"},
+        {{"--quiet=yes"}, "--quiet: takes no value"},
         {{"--steps", "0"}, "--steps: must be in"},
         {{"--eval-every", "0"}, "--eval-every: must be in"},
         {{"--batch", "0"}, "--batch: must be in"},
