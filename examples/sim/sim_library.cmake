@@ -10,11 +10,14 @@ if(NOT TARGET trickle_sim)
     target_include_directories(trickle_sim PUBLIC ${CMAKE_CURRENT_LIST_DIR})
     target_link_libraries(trickle_sim PUBLIC trickle)
     target_compile_options(trickle_sim PRIVATE -Wall -Wextra -Wpedantic -Werror)
+    # The tests that link it are instrumented; so is everything they call.
     if(TRICKLE_SANITIZE)
-        # The tests that link it are instrumented; so is everything they call.
         target_compile_options(trickle_sim PRIVATE -fsanitize=address,undefined -fno-omit-frame-pointer
                                                    -fno-sanitize-recover=undefined)
         target_link_options(trickle_sim INTERFACE -fsanitize=address,undefined)
+    elseif(TRICKLE_TSAN)
+        target_compile_options(trickle_sim PRIVATE -fsanitize=thread -fno-omit-frame-pointer)
+        target_link_options(trickle_sim INTERFACE -fsanitize=thread)
     endif()
     # The model's matrix products use CBLAS when OpenBLAS (Debian: libopenblas-dev) is
     # found, and the simulator's own blocked loops otherwise.
