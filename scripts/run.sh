@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The main job: builds trickle-sim (Release) and runs it with its defaults — a character
-# language model trained by 4 simulated workers under ddp, independent replicas, SPARTA
-# and DiLoCo, compared on quality against bytes sent. Extra arguments go to trickle-sim
+# language model trained by 4 simulated workers under ddp, independent replicas, SPARTA,
+# DiLoCo and SPARTA + DiLoCo, compared on quality against bytes sent. Extra arguments go to trickle-sim
 # (scripts/run.sh --help lists them). Installs missing Debian packages when run as root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
