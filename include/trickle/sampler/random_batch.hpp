@@ -33,9 +33,6 @@ namespace detail {
 
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
-// Member functions below return AVX registers in translation units built without AVX;
-// they are only ever inlined into functions compiled for that instruction set.
-#pragma GCC diagnostic ignored "-Wpsabi"
 // GCC 12 reports the deliberately undefined registers inside its own AVX-512 intrinsics.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -43,75 +40,67 @@ namespace detail {
 
 // One register type's operations, each lane holding one 32-bit Philox word zero-extended
 // to 64 bits (so the 32x32->64 multiply is a single mul_epu32, which reads the low half).
-// The wider sets carry target attributes: their code is only reached through
-// random_u64_avx2 / random_u64_avx512 below, after a CPU check.
+// The wider sets carry target attributes and are reached only through random_u64_avx2 /
+// random_u64_avx512 below, after a CPU check. Registers go in and out by reference: where
+// the generic rounds are not inlined (unoptimized builds), a register passed by value
+// between code built for different instruction sets would not travel the same way on
+// both sides.
+#define TRICKLE_LANES(Target, Reg, Width, Unroll, Set1, Add, Mul, Srl, Sll, Xor, And, Or, Store)                   \
+    using reg = Reg;                                                                                               \
+    static constexpr int width = Width;                                                                            \
+    static constexpr int unroll = Unroll;                                                                          \
+    Target static void splat(reg& r, std::uint64_t v) { r = Set1(static_cast<long long>(v)); }                    \
+    Target static void add(reg& r, const reg& a, const reg& b) { r = Add(a, b); }                                  \
+    Target static void mul(reg& r, const reg& a, const reg& b) { r = Mul(a, b); }                                  \
+    Target static void shr32(reg& r, const reg& a) { r = Srl(a, 32); }                                             \
+    Target static void shl32(reg& r, const reg& a) { r = Sll(a, 32); }                                             \
+    Target static void bxor(reg& r, const reg& a, const reg& b) { r = Xor(a, b); }                                 \
+    Target static void band(reg& r, const reg& a, const reg& b) { r = And(a, b); }                                 \
+    Target static void bor(reg& r, const reg& a, const reg& b) { r = Or(a, b); }                                   \
+    Target static void store(std::uint64_t* p, const reg& a) { Store(reinterpret_cast<reg*>(p), a); }
+
 struct sse2_lanes {
-    using reg = __m128i;
-    static constexpr int width = 2;
-    static constexpr int unroll = 2; // 16 registers: 4 words x 2 plus 5 constants
-    static reg splat(std::uint64_t v) { return _mm_set1_epi64x(static_cast<long long>(v)); }
-    static reg iota() { return _mm_set_epi64x(1, 0); }
-    static reg add(reg a, reg b) { return _mm_add_epi64(a, b); }
-    static reg mul(reg a, reg b) { return _mm_mul_epu32(a, b); }
-    static reg shr32(reg a) { return _mm_srli_epi64(a, 32); }
-    static reg shl32(reg a) { return _mm_slli_epi64(a, 32); }
-    static reg bxor(reg a, reg b) { return _mm_xor_si128(a, b); }
-    static reg band(reg a, reg b) { return _mm_and_si128(a, b); }
-    static reg bor(reg a, reg b) { return _mm_or_si128(a, b); }
-    static void store(std::uint64_t* p, reg a) { _mm_storeu_si128(reinterpret_cast<__m128i*>(p), a); }
+    // 16 registers: 4 words x 2 plus 5 constants
+    TRICKLE_LANES(, __m128i, 2, 2, _mm_set1_epi64x, _mm_add_epi64, _mm_mul_epu32, _mm_srli_epi64, _mm_slli_epi64,
+                  _mm_xor_si128, _mm_and_si128, _mm_or_si128, _mm_storeu_si128)
+    static void iota(reg& r) { r = _mm_set_epi64x(1, 0); }
 };
 
-#define TRICKLE_AVX2 __attribute__((target("avx2")))
 struct avx2_lanes {
-    using reg = __m256i;
-    static constexpr int width = 4;
-    static constexpr int unroll = 2;
-    TRICKLE_AVX2 static reg splat(std::uint64_t v) { return _mm256_set1_epi64x(static_cast<long long>(v)); }
-    TRICKLE_AVX2 static reg iota() { return _mm256_set_epi64x(3, 2, 1, 0); }
-    TRICKLE_AVX2 static reg add(reg a, reg b) { return _mm256_add_epi64(a, b); }
-    TRICKLE_AVX2 static reg mul(reg a, reg b) { return _mm256_mul_epu32(a, b); }
-    TRICKLE_AVX2 static reg shr32(reg a) { return _mm256_srli_epi64(a, 32); }
-    TRICKLE_AVX2 static reg shl32(reg a) { return _mm256_slli_epi64(a, 32); }
-    TRICKLE_AVX2 static reg bxor(reg a, reg b) { return _mm256_xor_si256(a, b); }
-    TRICKLE_AVX2 static reg band(reg a, reg b) { return _mm256_and_si256(a, b); }
-    TRICKLE_AVX2 static reg bor(reg a, reg b) { return _mm256_or_si256(a, b); }
-    TRICKLE_AVX2 static void store(std::uint64_t* p, reg a) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), a); }
+    TRICKLE_LANES(__attribute__((target("avx2"))), __m256i, 4, 2, _mm256_set1_epi64x, _mm256_add_epi64,
+                  _mm256_mul_epu32, _mm256_srli_epi64, _mm256_slli_epi64, _mm256_xor_si256, _mm256_and_si256,
+                  _mm256_or_si256, _mm256_storeu_si256)
+    __attribute__((target("avx2"))) static void iota(reg& r) { r = _mm256_set_epi64x(3, 2, 1, 0); }
 };
-#undef TRICKLE_AVX2
 
-#define TRICKLE_AVX512 __attribute__((target("avx512f")))
 struct avx512_lanes {
-    using reg = __m512i;
-    static constexpr int width = 8;
-    static constexpr int unroll = 4; // 32 registers
-    TRICKLE_AVX512 static reg splat(std::uint64_t v) { return _mm512_set1_epi64(static_cast<long long>(v)); }
-    TRICKLE_AVX512 static reg iota() { return _mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0); }
-    TRICKLE_AVX512 static reg add(reg a, reg b) { return _mm512_add_epi64(a, b); }
-    TRICKLE_AVX512 static reg mul(reg a, reg b) { return _mm512_mul_epu32(a, b); }
-    TRICKLE_AVX512 static reg shr32(reg a) { return _mm512_srli_epi64(a, 32); }
-    TRICKLE_AVX512 static reg shl32(reg a) { return _mm512_slli_epi64(a, 32); }
-    TRICKLE_AVX512 static reg bxor(reg a, reg b) { return _mm512_xor_si512(a, b); }
-    TRICKLE_AVX512 static reg band(reg a, reg b) { return _mm512_and_si512(a, b); }
-    TRICKLE_AVX512 static reg bor(reg a, reg b) { return _mm512_or_si512(a, b); }
-    TRICKLE_AVX512 static void store(std::uint64_t* p, reg a) { _mm512_storeu_si512(reinterpret_cast<void*>(p), a); }
+    // 32 registers
+    TRICKLE_LANES(__attribute__((target("avx512f"))), __m512i, 8, 4, _mm512_set1_epi64, _mm512_add_epi64,
+                  _mm512_mul_epu32, _mm512_srli_epi64, _mm512_slli_epi64, _mm512_xor_si512, _mm512_and_si512,
+                  _mm512_or_si512, _mm512_storeu_si512)
+    __attribute__((target("avx512f"))) static void iota(reg& r) { r = _mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0); }
 };
-#undef TRICKLE_AVX512
+
+#undef TRICKLE_LANES
 
 // out[j] = random_u64(seed, stream, k0 + j) for j < V::width * U: U registers side by side,
 // so the multiplies of independent registers overlap in the pipeline.
 template <class V, int U>
 inline void random_u64_lanes(std::uint64_t seed, std::uint64_t stream, std::uint64_t k0, std::uint64_t* out) {
     using reg = typename V::reg;
-    const reg lo = V::splat(0xffffffffull);
-    const reg m0 = V::splat(philox4x32_10::m0);
-    const reg m1 = V::splat(philox4x32_10::m1);
+    reg lo, m0, m1, iota, k0v, k1v, t, p0, p1;
+    V::splat(lo, 0xffffffffull);
+    V::splat(m0, philox4x32_10::m0);
+    V::splat(m1, philox4x32_10::m1);
+    V::iota(iota);
     reg c0[U], c1[U], c2[U], c3[U];
     for (int u = 0; u < U; ++u) {
-        const reg k = V::add(V::splat(k0 + static_cast<std::uint64_t>(u * V::width)), V::iota());
-        c0[u] = V::band(k, lo);
-        c1[u] = V::shr32(k);
-        c2[u] = V::splat(static_cast<std::uint32_t>(stream));
-        c3[u] = V::splat(stream >> 32);
+        V::splat(t, k0 + static_cast<std::uint64_t>(u * V::width));
+        V::add(t, t, iota); // the 64-bit counters k0 + u * width + lane
+        V::band(c0[u], t, lo);
+        V::shr32(c1[u], t);
+        V::splat(c2[u], static_cast<std::uint32_t>(stream));
+        V::splat(c3[u], stream >> 32);
     }
     std::uint32_t key0 = static_cast<std::uint32_t>(seed);
     std::uint32_t key1 = static_cast<std::uint32_t>(seed >> 32);
@@ -120,21 +109,29 @@ inline void random_u64_lanes(std::uint64_t seed, std::uint64_t stream, std::uint
             key0 += philox4x32_10::w0;
             key1 += philox4x32_10::w1;
         }
-        const reg k0v = V::splat(key0);
-        const reg k1v = V::splat(key1);
+        V::splat(k0v, key0);
+        V::splat(k1v, key1);
         for (int u = 0; u < U; ++u) {
             // The high halves of c1 and c3 may hold garbage from the products: mul_epu32
             // ignores them, and the final mask removes them.
-            const reg p0 = V::mul(c0[u], m0);
-            const reg p1 = V::mul(c2[u], m1);
-            c0[u] = V::bxor(V::bxor(V::shr32(p1), c1[u]), k0v);
+            V::mul(p0, c0[u], m0);
+            V::mul(p1, c2[u], m1);
+            V::shr32(t, p1);
+            V::bxor(t, t, c1[u]);
+            V::bxor(c0[u], t, k0v);
             c1[u] = p1;
-            c2[u] = V::bxor(V::bxor(V::shr32(p0), c3[u]), k1v);
+            V::shr32(t, p0);
+            V::bxor(t, t, c3[u]);
+            V::bxor(c2[u], t, k1v);
             c3[u] = p0;
         }
     }
-    for (int u = 0; u < U; ++u)
-        V::store(out + u * V::width, V::bor(V::shl32(c1[u]), V::band(c0[u], lo)));
+    for (int u = 0; u < U; ++u) {
+        V::shl32(t, c1[u]);
+        V::band(p0, c0[u], lo);
+        V::bor(t, t, p0);
+        V::store(out + u * V::width, t);
+    }
 }
 
 // Whole registers' worth of values: out[j] for j < steps * V::width * V::unroll. flatten
