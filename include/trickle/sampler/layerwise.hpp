@@ -101,17 +101,23 @@ struct layerwise {
                 else
                     hi = mid;
             }
+            // The current tensor's range lives in locals: out may alias the offsets as far as
+            // the compiler knows, which would otherwise reload them for every value.
             std::size_t next = lo + 1 < layout.count ? cumulative(lo + 1) : ~std::size_t{0};
+            std::size_t begin = layout.offsets[lo];
+            std::size_t extent = layout.offsets[lo + 1] - begin;
             for (std::size_t j = 0; j < m; ++j) {
                 const std::size_t k = k0 + j;
                 // Tensors whose share is empty have cumulative(i + 1) == cumulative(i): skip them
                 // too, as the binary search (last i with cumulative(i) <= k) would.
-                while (next <= k) {
-                    ++lo;
-                    next = lo + 1 < layout.count ? cumulative(lo + 1) : ~std::size_t{0};
+                if (next <= k) {
+                    do {
+                        ++lo;
+                        next = lo + 1 < layout.count ? cumulative(lo + 1) : ~std::size_t{0};
+                    } while (next <= k);
+                    begin = layout.offsets[lo];
+                    extent = layout.offsets[lo + 1] - begin;
                 }
-                const std::size_t begin = layout.offsets[lo];
-                const std::size_t extent = layout.offsets[lo + 1] - begin;
                 out[j] = begin + static_cast<std::size_t>(bounded(out[j], extent));
             }
         }
