@@ -11,11 +11,13 @@
 #include <trickle/kernels/flat_view.hpp>
 #include <trickle/kernels/sparse_exchange.hpp>
 #include <trickle/sampler/block.hpp>
+#include <trickle/sampler/feistel.hpp>
 #include <trickle/sampler/layerwise.hpp>
 #include <trickle/sampler/permutation.hpp>
 #include <trickle/sampler/random_batch.hpp>
 #include <trickle/sampler/uniform.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -219,10 +221,28 @@ void check_philox_lanes() {
 #endif
 }
 
+// Bulk Feistel images against one at a time, for sizes that walk rarely and often.
+void check_feistel() {
+    std::vector<std::uint64_t> out(1000);
+    for (std::uint64_t n : {std::uint64_t{1}, std::uint64_t{2}, std::uint64_t{5}, std::uint64_t{1000},
+                            (std::uint64_t{1} << 20) + 1, std::uint64_t{66823168}, (std::uint64_t{1} << 34) - 3})
+        for (std::uint64_t key : {std::uint64_t{0}, std::uint64_t{0x9e3779b97f4a7c15ull}}) {
+            const feistel_permutation f(n, key);
+            for (std::uint64_t x0 : {std::uint64_t{0}, n / 2}) {
+                const std::size_t m = static_cast<std::size_t>(std::min<std::uint64_t>(n - x0, out.size()));
+                f.images(x0, m, out.data());
+                bool same = true;
+                for (std::size_t j = 0; j < m; ++j) same = same && out[j] == f(x0 + j);
+                expect(same, "feistel images n " + std::to_string(n) + " x0 " + std::to_string(x0));
+            }
+        }
+}
+
 } // namespace
 
 int main() {
     check_philox_lanes();
+    check_feistel();
     check_dtype<float>();
     check_dtype<half>();
     check_dtype<bfloat16>();
