@@ -65,8 +65,11 @@ namespace detail {
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
-// The same rounds as round_trip and mix64, with the cycle walk repeated for the lanes
-// that are still at or above n. Everything stays inside this one function, built for
+// The same rounds as round_trip and mix64 for eight values at once. The cycle walk goes on
+// in lanes while more than two lanes still walk, and the last ones finish one at a time:
+// in lanes every lane waits for the slowest (for n just above a power of four most values
+// walk, about four passes each, and the slowest of eight about ten), while one at a time
+// costs a full scalar pass per value. Everything stays inside this one function, built for
 // AVX-512F+DQ, so no vector register crosses a call between instruction sets.
 __attribute__((target("avx512f,avx512dq"))) inline void feistel_images_avx512(const feistel_permutation& f,
                                                                                std::uint64_t x0, std::size_t steps,
@@ -83,7 +86,7 @@ __attribute__((target("avx512f,avx512dq"))) inline void feistel_images_avx512(co
     for (std::size_t v = 0; v < steps; ++v) {
         __m512i x = _mm512_add_epi64(_mm512_set1_epi64(static_cast<long long>(x0 + v * 8)), iota);
         __mmask8 walking = 0xff;
-        do {
+        while (__builtin_popcount(walking) > 2) {
             __m512i left = _mm512_srl_epi64(x, half);
             __m512i right = _mm512_and_si512(x, mask);
             for (int r = 0; r < 4; ++r) {
@@ -98,10 +101,21 @@ __attribute__((target("avx512f,avx512dq"))) inline void feistel_images_avx512(co
                 right = next;
             }
             const __m512i y = _mm512_or_si512(_mm512_sll_epi64(left, half), right);
-            x = _mm512_mask_mov_epi64(x, walking, y);         // only lanes still walking move on
-            walking = _mm512_cmpge_epu64_mask(x, n) & walking; // lanes that landed outside [0, n)
-        } while (walking != 0);
+            x = _mm512_mask_mov_epi64(x, walking, y);                                 // walking lanes move on
+            walking = static_cast<__mmask8>(_mm512_cmpge_epu64_mask(x, n) & walking); // still outside [0, n)
+        }
         _mm512_storeu_si512(reinterpret_cast<void*>(out + v * 8), x);
+        // The last walkers continue, one at a time, from where their lanes left them (at or
+        // above n, so at least one more pass).
+        while (walking != 0) {
+            const auto lane = static_cast<std::size_t>(__builtin_ctz(walking));
+            walking = static_cast<__mmask8>(walking & (walking - 1));
+            std::uint64_t z = out[v * 8 + lane];
+            do {
+                z = f.round_trip(z);
+            } while (z >= f.n);
+            out[v * 8 + lane] = z;
+        }
     }
 }
 #if defined(__GNUC__) && !defined(__clang__)
