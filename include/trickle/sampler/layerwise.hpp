@@ -54,12 +54,8 @@ struct layerwise {
             return static_cast<std::size_t>(floor(p * static_cast<double>(layout.offsets[i]) + phase));
         }
 
-        TRICKLE_HOST_DEVICE std::size_t operator()(std::size_t k) const {
-            if (how == static_cast<int>(mode::rotating)) {
-                const std::size_t j = start + k;
-                return j < layout.total ? j : j - layout.total;
-            }
-            // The tensor whose cumulative range holds k: last i with cumulative(i) <= k.
+        // The tensor whose cumulative range holds k: the last i with cumulative(i) <= k.
+        TRICKLE_HOST_DEVICE std::uint32_t tensor_holding(std::size_t k) const {
             std::uint32_t lo = 0, hi = layout.count;
             while (hi - lo > 1) {
                 const std::uint32_t mid = lo + (hi - lo) / 2;
@@ -68,6 +64,15 @@ struct layerwise {
                 else
                     hi = mid;
             }
+            return lo;
+        }
+
+        TRICKLE_HOST_DEVICE std::size_t operator()(std::size_t k) const {
+            if (how == static_cast<int>(mode::rotating)) {
+                const std::size_t j = start + k;
+                return j < layout.total ? j : j - layout.total;
+            }
+            const std::uint32_t lo = tensor_holding(k);
             const std::size_t begin = layout.offsets[lo];
             const std::size_t extent = layout.offsets[lo + 1] - begin;
             return begin + static_cast<std::size_t>(bounded(random_u64(seed, stream, k), extent));
@@ -93,14 +98,7 @@ struct layerwise {
                 return;
             }
             detail::random_u64_run(seed, stream, k0, m, out);
-            std::uint32_t lo = 0, hi = layout.count;
-            while (hi - lo > 1) {
-                const std::uint32_t mid = lo + (hi - lo) / 2;
-                if (cumulative(mid) <= k0)
-                    lo = mid;
-                else
-                    hi = mid;
-            }
+            std::uint32_t lo = tensor_holding(k0);
             // The current tensor's range lives in locals: out may alias the offsets as far as
             // the compiler knows, which would otherwise reload them for every value.
             std::size_t next = lo + 1 < layout.count ? cumulative(lo + 1) : ~std::size_t{0};

@@ -34,6 +34,14 @@ concept schedule_policy = std::copy_constructible<S> && requires(const S& s, std
 
 namespace detail {
 inline bool valid_fraction(double p) { return std::isfinite(p) && p > 0.0 && p <= 1.0; }
+
+// The fields and checks shared by the schedules that decay to end_fraction over `steps`.
+inline void describe_decay(config_record& rec, const char* name, double end_fraction, std::uint64_t steps) {
+    rec.add("schedule", name).add("end_fraction", end_fraction).add("schedule_steps", steps);
+    if (!valid_fraction(end_fraction))
+        rec.set_error(concat("schedule::", name, ": end_fraction must be in (0, 1], got ", end_fraction));
+    if (steps < 1) rec.set_error(concat("schedule::", name, ": steps must be >= 1"));
+}
 } // namespace detail
 
 namespace schedule {
@@ -56,12 +64,7 @@ struct linear {
         const double t = static_cast<double>(step) / static_cast<double>(steps);
         return base + (end_fraction - base) * t;
     }
-    void describe(config_record& rec) const {
-        rec.add("schedule", name).add("end_fraction", end_fraction).add("schedule_steps", steps);
-        if (!detail::valid_fraction(end_fraction))
-            rec.set_error(detail::concat("schedule::linear: end_fraction must be in (0, 1], got ", end_fraction));
-        if (steps < 1) rec.set_error("schedule::linear: steps must be >= 1");
-    }
+    void describe(config_record& rec) const { detail::describe_decay(rec, name, end_fraction, steps); }
 };
 
 // From the base fraction to end_fraction along half a cosine over `steps`; then constant.
@@ -75,12 +78,7 @@ struct cosine {
         const double t = static_cast<double>(step) / static_cast<double>(steps);
         return end_fraction + (base - end_fraction) * 0.5 * (1.0 + std::cos(std::numbers::pi * t));
     }
-    void describe(config_record& rec) const {
-        rec.add("schedule", name).add("end_fraction", end_fraction).add("schedule_steps", steps);
-        if (!detail::valid_fraction(end_fraction))
-            rec.set_error(detail::concat("schedule::cosine: end_fraction must be in (0, 1], got ", end_fraction));
-        if (steps < 1) rec.set_error("schedule::cosine: steps must be >= 1");
-    }
+    void describe(config_record& rec) const { detail::describe_decay(rec, name, end_fraction, steps); }
 };
 
 // Piecewise constant: the base fraction until the first point's step, then each point's
