@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """scripts/bench_tables.py: turns bench_host / bench_cuda JSON into the markdown tables of benchmarks/README.md, and a plot.
 
-    python3 scripts/bench_tables.py --host host.json [--cuda cuda.json]
+    python3 scripts/bench_tables.py --host host.json[.gz] [--cuda cuda.json[.gz]]
         [--readme benchmarks/README.md] [--plot benchmarks/bandwidth.png]
 
 Tables use the Python standard library only. Without --readme they go to stdout; with it
@@ -15,6 +15,7 @@ the data, never written by hand.
 """
 
 import argparse
+import gzip
 import json
 import re
 import statistics
@@ -28,7 +29,7 @@ DTYPE_BYTES = {"fp32": 4, "bf16": 2}
 
 
 def load(path):
-    with open(path) as f:
+    with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
         text = f.read()
     try:
         doc = json.loads(text)

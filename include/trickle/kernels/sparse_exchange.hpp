@@ -224,10 +224,25 @@ TRICKLE_HOST_DEVICE void load_run(float* TRICKLE_RESTRICT dst, const T* TRICKLE_
     for (std::size_t j = 0; j < m; ++j) dst[j] = to_float(src[j]);
 }
 
+// float -> bfloat16 exactly as detail::float_to_bf16_bits (round to nearest even, NaN
+// stays NaN), but with the NaN case as a select instead of an early return, so that the
+// compiler vectorizes a loop of it; the branchy form ran bf16 block scatters at under half
+// the copy rate.
+TRICKLE_HOST_DEVICE std::uint16_t bf16_bits_select(float f) {
+    const std::uint32_t u = float_bits(f);
+    const std::uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    const std::uint32_t quiet = (u >> 16) | 0x0040u;
+    return static_cast<std::uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? quiet : rounded);
+}
+
 template <class T>
 TRICKLE_HOST_DEVICE void store_run(T* TRICKLE_RESTRICT dst, const float* TRICKLE_RESTRICT src, float scale,
                                    std::size_t m) {
-    for (std::size_t j = 0; j < m; ++j) dst[j] = from_float<T>(src[j] * scale);
+    if constexpr (std::is_same_v<T, bfloat16>) {
+        for (std::size_t j = 0; j < m; ++j) dst[j].bits = bf16_bits_select(src[j] * scale);
+    } else {
+        for (std::size_t j = 0; j < m; ++j) dst[j] = from_float<T>(src[j] * scale);
+    }
 }
 
 } // namespace detail

@@ -54,16 +54,23 @@ struct layerwise {
             return static_cast<std::size_t>(floor(p * static_cast<double>(layout.offsets[i]) + phase));
         }
 
-        // The tensor whose cumulative range holds k: the last i with cumulative(i) <= k.
+        // The tensor whose cumulative range holds k: the last i with cumulative(i) <= k, that
+        // is with p * offsets[i] + phase < k + 1. The search compares integer offsets with
+        // that bound (a floor per step made it the costliest part of a host gather); the
+        // walks then settle what rounding in the bound got wrong, by cumulative() itself,
+        // which is monotone, so the answer is exact. They rarely take a step.
         TRICKLE_HOST_DEVICE std::uint32_t tensor_holding(std::size_t k) const {
+            const double bound = (static_cast<double>(k) + 1.0 - phase) / p;
             std::uint32_t lo = 0, hi = layout.count;
             while (hi - lo > 1) {
                 const std::uint32_t mid = lo + (hi - lo) / 2;
-                if (cumulative(mid) <= k)
+                if (static_cast<double>(layout.offsets[mid]) < bound)
                     lo = mid;
                 else
                     hi = mid;
             }
+            while (lo + 1 < layout.count && cumulative(lo + 1) <= k) ++lo;
+            while (lo > 0 && cumulative(lo) > k) --lo;
             return lo;
         }
 
