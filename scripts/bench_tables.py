@@ -2,7 +2,7 @@
 """scripts/bench_tables.py: turns bench_host / bench_cuda JSON into the markdown tables of benchmarks/README.md, and a plot.
 
     python3 scripts/bench_tables.py --host host.json[.gz] [--cuda cuda.json[.gz]]
-        [--readme benchmarks/README.md] [--plot benchmarks/bandwidth.png]
+        [--readme benchmarks/README.md [--block NAME]] [--brief] [--plot benchmarks/bandwidth.png]
 
 Tables use the Python standard library only. Without --readme they go to stdout; with it
 they replace the text between '<!-- bench_tables:BACKEND:begin -->' and
@@ -294,8 +294,12 @@ def targets(r):
     return table(["target", "wanted", "measured", "verdict"], rows)
 
 
-def render(r):
+def render(r, brief=False):
     parts = [context_section(r), "", "### Targets", "", targets(r), ""]
+    if brief:
+        for d in ("fp32", "bf16"):
+            parts += [f"### Headline: {d}", "", headline(r, d), ""]
+        return "\n".join(parts)
     for d in ("fp32", "bf16"):
         parts += [f"### Headline: {d}", "", headline(r, d), ""]
     parts += ["### Gather and scatter against B_copy, every fraction", ""]
@@ -370,6 +374,8 @@ def main():
     ap.add_argument("--cuda", help="bench_cuda JSON")
     ap.add_argument("--readme", help="rewrite the marked table blocks of this markdown file")
     ap.add_argument("--plot", help="write a PNG of bandwidth against fraction and block size (needs matplotlib)")
+    ap.add_argument("--block", help="marker name to replace in --readme instead of the backend (host, cuda)")
+    ap.add_argument("--brief", action="store_true", help="targets and headline tables only")
     args = ap.parse_args()
     results = []
     if args.host:
@@ -379,9 +385,9 @@ def main():
     if not results:
         ap.error("give --host and/or --cuda")
     for r in results:
-        text = render(r)
+        text = render(r, args.brief)
         if args.readme:
-            replace_block(args.readme, r.backend, text)
+            replace_block(args.readme, args.block or r.backend, text)
         else:
             print(f"## {r.backend}\n\n{text}")
     if args.plot:

@@ -20,6 +20,7 @@
 #include <trickle/core/memory_space.hpp>
 #include <trickle/kernels/flat_view.hpp>
 
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
@@ -57,7 +58,9 @@ concept run_selection = requires(const S& s, std::size_t k) {
 };
 
 template <class S>
-concept bulk_selection = requires(const S& s, std::size_t k, std::uint64_t* out) { s.positions(k, k, out); };
+concept bulk_selection = requires(const S& s, std::size_t k, std::size_t m, std::uint64_t* out) {
+    s.positions(k, m, out);
+};
 
 template <class S>
 TRICKLE_HOST_DEVICE bool uses_runs(const S& sel) {
