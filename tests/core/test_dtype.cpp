@@ -1,6 +1,7 @@
 // Element types: fp16 and bf16 conversions are exact, round to nearest even, and keep
 // specials; checked exhaustively against independent references.
 #include <trickle/core/dtype.hpp>
+#include <trickle/kernels/sparse_exchange.hpp>
 
 #include <doctest/doctest.h>
 
@@ -9,6 +10,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <vector>
 
 using trickle::bfloat16;
 using trickle::half;
@@ -111,6 +113,48 @@ TEST_CASE("bf16: float -> bf16 matches the reference rounding") {
     CHECK(bfloat16(from_bits(0x3f808000u)).bits == 0x3f80u);
     CHECK(bfloat16(from_bits(0x3f818000u)).bits == 0x3f82u);
     CHECK(bfloat16(from_bits(0x7f7fffffu)).bits == 0x7f80u); // rounds up to infinity
+}
+
+// The scatter's vectorizable bf16 store (NaN as a select) and, on x86-64 with GCC, each of
+// its per-ISA versions that this CPU can run, give the bits of bfloat16(x * scale).
+TEST_CASE("bf16: the scatter's store runs round exactly as bfloat16") {
+    namespace d = trickle::detail;
+    using store = void (*)(bfloat16*, const float*, float, std::size_t);
+    std::vector<std::pair<const char*, store>> versions{
+        {"select loop", [](bfloat16* o, const float* i, float s, std::size_t m) {
+             for (std::size_t j = 0; j < m; ++j) o[j].bits = d::bf16_bits_select(i[j] * s);
+         }}};
+#if TRICKLE_BF16_CLONES
+    versions.emplace_back("dispatched", &d::bf16_store_run);
+    versions.emplace_back("baseline", &d::bf16_store_run_base);
+    if (__builtin_cpu_supports("x86-64-v3")) versions.emplace_back("x86-64-v3", &d::bf16_store_run_v3);
+    else MESSAGE("this CPU lacks x86-64-v3: that version is not run");
+    if (__builtin_cpu_supports("x86-64-v4")) versions.emplace_back("x86-64-v4", &d::bf16_store_run_v4);
+    else MESSAGE("this CPU lacks x86-64-v4: that version is not run");
+#endif
+    std::mt19937 rng(5);
+    std::uniform_int_distribution<std::uint32_t> any;
+    std::vector<float> in(100003);
+    for (auto& f : in) f = from_bits(any(rng));
+    in[0] = from_bits(0x3f808000u); // tie, rounds to even
+    in[1] = from_bits(0x7f7fffffu); // rounds to infinity
+    in[2] = std::numeric_limits<float>::quiet_NaN();
+    in[3] = -std::numeric_limits<float>::infinity();
+    for (const float scale : {1.0f, 0.25f, 3.0f}) {
+        for (const auto& [name, fn] : versions) {
+            CAPTURE(name);
+            CAPTURE(scale);
+            std::vector<bfloat16> out(in.size());
+            fn(out.data(), in.data(), scale, in.size());
+            for (std::size_t j = 0; j < in.size(); ++j) {
+                const bfloat16 want(in[j] * scale);
+                if (std::isnan(static_cast<float>(want)))
+                    REQUIRE(std::isnan(static_cast<float>(out[j])));
+                else
+                    REQUIRE_MESSAGE(out[j].bits == want.bits, "input bits ", bits(in[j]));
+            }
+        }
+    }
 }
 
 TEST_CASE("bf16: every bf16 value survives bf16 -> float -> bf16") {
