@@ -7,6 +7,7 @@
 #include "bench_flags.hpp"
 #include "common.hpp"
 
+#include <trickle/algorithm/diloco.hpp>
 #include <trickle/algorithm/flat_params.hpp>
 #include <trickle/core/dtype.hpp>
 #include <trickle/core/philox.hpp>
@@ -451,11 +452,11 @@ void bm_diloco(benchmark::State& state, const tb::diloco_case c) {
         state,
         [&](int) {
             if (c.op == tb::diloco_op::delta)
-                trickle::for_each_index(ex, n,
+                trickle::detail::run_ranges(ex, n, // as diloco_engine launches it
                                trickle::outer_delta_body<T>{m.flat.view(), snapshot.data(),
                                                             trickle::dense_wire<float>{wire.data()}, 1.0f, nullptr, 0});
             else
-                trickle::for_each_index(ex, n,
+                trickle::detail::run_ranges(ex, n, // as diloco_engine launches it
                                trickle::outer_update_body<T, rule_type>{m.flat.view(), snapshot.data(), momentum.data(),
                                                                         trickle::dense_wire<float>{wire.data()}, rule,
                                                                         1.0f, wire.data() + n, 0});

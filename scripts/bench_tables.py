@@ -318,6 +318,36 @@ def render(r, brief=False):
     return "\n".join(parts)
 
 
+def table_has_data(lines):
+    """True when some cell of a markdown table, past its first column and header, holds a figure."""
+    for row in lines[2:]:
+        if any(c.strip(" –()") for c in row.strip().strip("|").split("|")[1:]):
+            return True
+    return False
+
+
+def drop_empty(text):
+    """Removes the tables of a rendering that hold no figure (a run of a few families), with
+    the bold caption just above them, then the headings left with nothing under them."""
+    blocks = text.split("\n\n")
+    kept = []
+    for b in blocks:
+        lines = b.strip("\n").split("\n")
+        tab = [i for i, l in enumerate(lines) if l.startswith("|")]
+        if tab and not table_has_data(lines[tab[0]:]):
+            if kept and kept[-1].startswith("**") and "\n" not in kept[-1]:
+                kept.pop()
+            continue
+        kept.append(b)
+    out = []
+    for i, b in enumerate(kept):
+        nxt = kept[i + 1] if i + 1 < len(kept) else "### "
+        if b.startswith("### ") and "\n" not in b.strip() and nxt.startswith("### "):
+            continue
+        out.append(b)
+    return "\n\n".join(out)
+
+
 def replace_block(path, backend, text):
     with open(path) as f:
         doc = f.read()
@@ -385,7 +415,7 @@ def main():
     if not results:
         ap.error("give --host and/or --cuda")
     for r in results:
-        text = render(r, args.brief)
+        text = drop_empty(render(r, args.brief))
         if args.readme:
             replace_block(args.readme, args.block or r.backend, text)
         else:

@@ -112,8 +112,14 @@ template <class Exec, class T>
 struct diloco_rig {
     using space = typename Exec::memory_space;
 
+    // How the bodies are launched: by_ranges (what diloco_engine does: run() in chunks of
+    // trickle::ranges<space>), per_index (operator() once per index), or any other value:
+    // run() in chunks of that many indices.
+    static constexpr std::size_t by_ranges = 0, per_index = static_cast<std::size_t>(-1);
+
     Exec ex;
     std::size_t n;
+    std::size_t range = by_ranges;
     trickle::buffer<T, space> t0, t1, t2;
     trickle::param_group<T, space> group;
     trickle::flat_params<T, space> flat;
@@ -127,6 +133,17 @@ struct diloco_rig {
     }
 
     trickle::flat_view<T> view() const { return flat.view(); }
+
+    template <class Body>
+    void launch(std::size_t count, const Body& body) {
+        if (range == per_index) {
+            trickle::for_each_index(ex, count, body);
+        } else {
+            trickle::range_body<Body> r = trickle::ranges<space>(body, count);
+            if (range != by_ranges) r.range = range;
+            trickle::for_each_index(ex, r.calls(), r);
+        }
+    }
 
     void set_params(const std::vector<float>& v) {
         REQUIRE(v.size() == n);
@@ -154,7 +171,7 @@ struct diloco_rig {
     }
 
     void copy_snapshot() {
-        trickle::for_each_index(ex, n, trickle::snapshot_copy_body<T>{view(), snapshot.data()});
+        launch(n, trickle::snapshot_copy_body<T>{view(), snapshot.data()});
         sync(ex);
     }
 
@@ -162,7 +179,7 @@ struct diloco_rig {
     std::vector<float> delta(float weight, bool weight_out = false) {
         trickle::outer_delta_body<T> body{view(), snapshot.data(), trickle::dense_wire<float>{wire.data()}, weight,
                                           weight_out ? wire.data() + n : nullptr};
-        trickle::for_each_index(ex, n, body);
+        launch(n, body);
         sync(ex);
         auto w = download(wire);
         w.resize(weight_out ? n + 1 : n);
@@ -180,7 +197,7 @@ struct diloco_rig {
         trickle::outer_update_body<T, Rule> body{view(), snapshot.data(), state.data(),
                                                  trickle::dense_wire<float>{wire.data()}, rule, scale,
                                                  by_weight_sum ? wire.data() + count : nullptr, first};
-        trickle::for_each_index(ex, count, body);
+        launch(count, body);
         sync(ex);
     }
 };
@@ -208,9 +225,11 @@ struct trajectory_result {
 // params == T(snapshot) exactly.
 template <class Exec, class T, class Opt>
 trajectory_result<T> check_trajectory(const Exec& ex, const Opt& opt, int steps, double rel = 2e-5,
-                                      std::size_t n = 37, int workers = 3) {
+                                      std::size_t n = 37, int workers = 3,
+                                      std::size_t range = diloco_rig<Exec, T>::by_ranges) {
     constexpr int slots = Opt::state_slots;
     diloco_rig<Exec, T> rig(ex, n, slots);
+    rig.range = range;
     std::vector<float> init(n);
     for (std::size_t i = 0; i < n; ++i) init[i] = initial_value(i);
     rig.set_params(init);
@@ -262,16 +281,16 @@ trajectory_result<T> check_trajectory(const Exec& ex, const Opt& opt, int steps,
 // Every optimizer, over several rounds, for one execution space and parameter type; the
 // results come back for comparing execution spaces.
 template <class Exec, class T>
-std::vector<trajectory_result<T>> check_all_trajectories(const Exec& ex) {
+std::vector<trajectory_result<T>> check_all_trajectories(const Exec& ex, std::size_t range = diloco_rig<Exec, T>::by_ranges) {
     using namespace trickle::outer;
     std::vector<trajectory_result<T>> out;
-    out.push_back(check_trajectory<Exec, T>(ex, average{}, 5));
-    out.push_back(check_trajectory<Exec, T>(ex, sgd{.lr = 0.8}, 5));
-    out.push_back(check_trajectory<Exec, T>(ex, momentum{.lr = 0.5, .momentum = 0.8}, 5));
-    out.push_back(check_trajectory<Exec, T>(ex, nesterov{}, 6));
-    out.push_back(check_trajectory<Exec, T>(ex, adam{.lr = 0.05, .beta1 = 0.9, .beta2 = 0.95}, 5));
+    out.push_back(check_trajectory<Exec, T>(ex, average{}, 5, 2e-5, 37, 3, range));
+    out.push_back(check_trajectory<Exec, T>(ex, sgd{.lr = 0.8}, 5, 2e-5, 37, 3, range));
+    out.push_back(check_trajectory<Exec, T>(ex, momentum{.lr = 0.5, .momentum = 0.8}, 5, 2e-5, 37, 3, range));
+    out.push_back(check_trajectory<Exec, T>(ex, nesterov{}, 6, 2e-5, 37, 3, range));
+    out.push_back(check_trajectory<Exec, T>(ex, adam{.lr = 0.05, .beta1 = 0.9, .beta2 = 0.95}, 5, 2e-5, 37, 3, range));
     // beta1 < 0.5 takes the other branch of torch's lerp.
-    out.push_back(check_trajectory<Exec, T>(ex, adam{.lr = 0.02, .beta1 = 0.3, .beta2 = 0.999, .eps = 1e-6}, 5));
+    out.push_back(check_trajectory<Exec, T>(ex, adam{.lr = 0.02, .beta1 = 0.3, .beta2 = 0.999, .eps = 1e-6}, 5, 2e-5, 37, 3, range));
     return out;
 }
 
@@ -405,10 +424,11 @@ void check_weighted(const Exec& ex) {
 // rule reads them), writes exactly what rule.apply gives for that element alone, and
 // leaves every other element's snapshot, parameters and state untouched.
 template <class Exec, class T, class Opt>
-void check_state_isolation(const Exec& ex, const Opt& opt) {
+void check_state_isolation(const Exec& ex, const Opt& opt, std::size_t range = diloco_rig<Exec, T>::by_ranges) {
     constexpr int slots = Opt::state_slots;
     const std::size_t n = 29, first = 7, count = 11;
     diloco_rig<Exec, T> rig(ex, n, slots);
+    rig.range = range;
     std::vector<float> init(n), state(static_cast<std::size_t>(slots) * n), recv(count);
     for (std::size_t i = 0; i < n; ++i) init[i] = initial_value(i);
     for (std::size_t j = 0; j < state.size(); ++j) state[j] = 0.001f * static_cast<float>(j + 1);
@@ -445,9 +465,10 @@ void check_state_isolation(const Exec& ex, const Opt& opt) {
 
 // snapshot_copy_body copies float(params) exactly, also for one chunk only.
 template <class Exec, class T>
-void check_snapshot_copy(const Exec& ex) {
+void check_snapshot_copy(const Exec& ex, std::size_t range = diloco_rig<Exec, T>::by_ranges) {
     const std::size_t n = 31;
     diloco_rig<Exec, T> rig(ex, n, 0);
+    rig.range = range;
     std::vector<float> init(n);
     for (std::size_t i = 0; i < n; ++i) init[i] = 100.0f * initial_value(i);
     rig.set_params(init);
@@ -460,7 +481,7 @@ void check_snapshot_copy(const Exec& ex) {
     for (std::size_t i = 0; i < n; ++i) shifted[i] = values[i] + 1.0f;
     rig.set_params(shifted);
     const auto now = rig.params();
-    trickle::for_each_index(ex, 5, trickle::snapshot_copy_body<T>{rig.view(), rig.snapshot.data(), 10});
+    rig.launch(5, trickle::snapshot_copy_body<T>{rig.view(), rig.snapshot.data(), 10});
     sync(ex);
     snap = download(rig.snapshot);
     for (std::size_t i = 0; i < n; ++i) CHECK(same_bits(snap[i], i >= 10 && i < 15 ? now[i] : values[i]));

@@ -23,6 +23,31 @@ TEST_CASE_TEMPLATE("diloco kernels: every outer optimizer follows its torch rule
 #endif
 }
 
+// run(k0, k1) walks the group tensor by tensor; operator()(k) searches the segment table
+// for each index. Both must write the same bits, whatever the chunking: chunks of 1, of 5
+// (which end inside tensors and step over the empty one), and the host's default.
+TEST_CASE_TEMPLATE("diloco kernels: run() over any chunking gives the bits of operator() per index", T, float, half,
+                   bfloat16) {
+    using rig = trickle_test::diloco_rig<exec::host, T>;
+    const auto ref = trickle_test::check_all_trajectories<exec::host, T>(exec::host{}, rig::per_index);
+    for (const std::size_t range : {std::size_t{1}, std::size_t{5}, rig::by_ranges}) {
+        CAPTURE(range);
+        const auto got = trickle_test::check_all_trajectories<exec::host, T>(exec::host{}, range);
+        REQUIRE(got.size() == ref.size());
+        for (std::size_t j = 0; j < ref.size(); ++j) {
+            CHECK(trickle_test::all_same_bits(got[j].snapshot, ref[j].snapshot));
+            CHECK(trickle_test::all_same_bits(got[j].state, ref[j].state));
+            CHECK(trickle_test::all_same_bits(got[j].params, ref[j].params));
+        }
+        trickle_test::check_state_isolation<exec::host, T>(exec::host{}, outer::adam{.lr = 0.1}, range);
+        trickle_test::check_state_isolation<exec::host, T>(exec::host{}, outer::nesterov{}, range);
+        trickle_test::check_snapshot_copy<exec::host, T>(exec::host{}, range);
+    }
+    CHECK(ranges<host_space>(snapshot_copy_body<T>{}, 40000).calls() == 3);
+    CHECK(ranges<cuda_space>(snapshot_copy_body<T>{}, 40000).calls() == 40000);
+    CHECK(ranges<host_space>(snapshot_copy_body<T>{}, 0).calls() == 0);
+}
+
 TEST_CASE_TEMPLATE("diloco kernels: average keeps a lone idle worker and reaches the mean; sgd{1} is average", T,
                    float, half, bfloat16) {
     trickle_test::check_average_semantics<exec::host, T>(exec::host{});
@@ -52,6 +77,7 @@ TEST_CASE("diloco kernels: the bodies are trivially copyable, so they can be lau
     static_assert(std::is_trivially_copyable_v<outer_delta_body<half>>);
     static_assert(std::is_trivially_copyable_v<outer_update_body<bfloat16, outer::adam_rule>>);
     static_assert(std::is_trivially_copyable_v<snapshot_copy_body<float>>);
+    static_assert(std::is_trivially_copyable_v<range_body<outer_update_body<half, outer::momentum_rule<true>>>>);
     static_assert(wire_sink<dense_wire<half>> && wire_source<dense_wire<float>>);
     struct not_a_wire {
         float* data;

@@ -66,6 +66,13 @@ struct params_from_snapshot_body {
     TRICKLE_HOST_DEVICE void operator()(std::size_t i) const { params[i] = from_float<T>(snapshot[i]); }
 };
 
+// Launches body.run() over [0, n) in chunks sized for the execution space.
+template <class Exec, class Body>
+void run_ranges(const Exec& ex, std::size_t n, const Body& body) {
+    const auto r = ranges<typename Exec::memory_space>(body, n);
+    for_each_index(ex, r.calls(), r);
+}
+
 // The execution space used for one-off work at construction.
 template <class Space, class Comm>
 auto construction_exec(Comm& comm) {
@@ -124,7 +131,7 @@ public:
         allocate();
         dense_per_step_ = detail::all_reduce_bytes(n_, sizeof(float), comm_.size(), comm_.rank());
         const auto ex = detail::construction_exec<Space>(comm_);
-        for_each_index(ex, n_, snapshot_copy_body<T>{flat_.view(), snapshot_, 0});
+        detail::run_ranges(ex, n_, snapshot_copy_body<T>{flat_.view(), snapshot_, 0});
         if (options_.broadcast_initial && comm_.size() > 1) {
             comm_.broadcast(snapshot_, n_, 0);
             for_each_index(ex, n_, detail::params_from_snapshot_body<T>{flat_.view(), snapshot_});
@@ -283,7 +290,7 @@ private:
         const float w = dropped(comm_.rank(), attempt) ? 0.0f : options_.weight;
         float* buf = ws_.get(0, n_ + 1);
         const traffic_counters before = comm_.traffic();
-        for_each_index(ex, n_, outer_delta_body<T>{flat_.view(), snapshot_, dense_wire<float>{buf}, w, buf + n_, 0});
+        detail::run_ranges(ex, n_, outer_delta_body<T>{flat_.view(), snapshot_, dense_wire<float>{buf}, w, buf + n_, 0});
         if (options_.prune_fraction > 0.0) {
             if constexpr (std::is_same_v<Space, host_space>)
                 detail::prune_host(buf, flat_.host_layout(), options_.prune_fraction, prune_keys_);
@@ -295,9 +302,9 @@ private:
         topology_.reduce(ex, comm_, buf, n_ + 1, ws_);
         const auto rule = outer_.prepare(++outer_t_);
         using rule_type = std::remove_cvref_t<decltype(rule)>;
-        for_each_index(ex, n_,
-                       outer_update_body<T, rule_type>{flat_.view(), snapshot_, state_, dense_wire<float>{buf}, rule, 1.0f,
-                                                        buf + n_, 0});
+        detail::run_ranges(ex, n_,
+                           outer_update_body<T, rule_type>{flat_.view(), snapshot_, state_, dense_wire<float>{buf}, rule,
+                                                            1.0f, buf + n_, 0});
         stats_.last = comm_.traffic() - before;
         stats_.total += stats_.last;
         stats_.last_values = n_ + 1;

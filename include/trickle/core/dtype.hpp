@@ -64,11 +64,14 @@ TRICKLE_HOST_DEVICE float half_bits_to_float(std::uint16_t h) {
     return bits_float(sign | ((exp + 112u) << 23) | (mant << 13));
 }
 
-// float -> bfloat16, round to nearest even; NaN stays NaN.
+// float -> bfloat16, round to nearest even; NaN stays NaN (quieted). The NaN case is a
+// select rather than an early return so that loops of conversions vectorize: the branchy
+// form held bf16 scatters and DiLoCo updates to under half the copy rate.
 TRICKLE_HOST_DEVICE std::uint16_t float_to_bf16_bits(float f) {
     const std::uint32_t u = float_bits(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((u >> 16) | 0x0040u);
-    return static_cast<std::uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+    const std::uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    const std::uint32_t quiet = (u >> 16) | 0x0040u;
+    return static_cast<std::uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? quiet : rounded);
 }
 
 TRICKLE_HOST_DEVICE float bf16_bits_to_float(std::uint16_t b) {

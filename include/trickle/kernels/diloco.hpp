@@ -16,6 +16,13 @@
 // count = params.total is the whole group; a caller that overlaps communication with the
 // update launches one body per chunk, with the wire pointing at that chunk's buffer.
 //
+// Each body has two equivalent forms that write the same bits: operator()(k) handles one
+// index (it finds the element's tensor by a search of the segment table), and run(k0, k1)
+// handles [k0, k1) tensor by tensor, one lookup and then contiguous loops the compiler
+// vectorizes. ranges<Space>(body, count) wraps a body so that for_each_index launches
+// run() over chunks: 16384 indices a call on the host, one per thread on a GPU (adjacent
+// threads then touch adjacent elements, which keeps every access coalesced).
+//
 // The wire is a policy, so a codec can sit between the bodies and the communicator:
 // anything trivially copyable with store(k, float) (the sending side) or float load(k) (the
 // receiving side). dense_wire<W> stores fp32, fp16 or bf16 values; element-wise codecs slot
@@ -25,6 +32,7 @@
 
 #include <trickle/config.hpp>
 #include <trickle/core/dtype.hpp>
+#include <trickle/core/memory_space.hpp>
 #include <trickle/kernels/flat_view.hpp>
 #include <trickle/outer/rule.hpp>
 
@@ -76,9 +84,22 @@ struct outer_delta_body {
 
     TRICKLE_HOST_DEVICE void operator()(std::size_t k) const {
         const std::size_t i = first + k;
-        const float d = weight == 0.0f ? 0.0f : weight * (snapshot[i] - to_float(params[i]));
-        send.store(k, d);
+        send.store(k, value(snapshot[i], params[i]));
         if (k == 0 && weight_out != nullptr) *weight_out = weight;
+    }
+
+    TRICKLE_HOST_DEVICE void run(std::size_t k0, std::size_t k1) const {
+        if (k0 == 0 && k1 > 0 && weight_out != nullptr) *weight_out = weight;
+        params.for_each_piece(first + k0, first + k1, [&](const T* p, std::size_t i, std::size_t m) {
+            const float* snap = snapshot + i;
+            const std::size_t k = i - first;
+            for (std::size_t j = 0; j < m; ++j) send.store(k + j, value(snap[j], p[j]));
+        });
+    }
+
+private:
+    TRICKLE_HOST_DEVICE float value(float snap, T param) const {
+        return weight == 0.0f ? 0.0f : weight * (snap - to_float(param));
     }
 };
 
@@ -102,14 +123,25 @@ struct outer_update_body {
     const float* weight_sum = nullptr;
     std::size_t first = 0;
 
-    TRICKLE_HOST_DEVICE void operator()(std::size_t k) const {
-        const std::size_t i = first + k;
-        float factor = scale;
-        if (weight_sum != nullptr) {
-            const float w = *weight_sum;
-            factor = w == 0.0f ? 0.0f : scale / w;
-        }
-        const float g = mul_rn(recv.load(k), factor);
+    TRICKLE_HOST_DEVICE void operator()(std::size_t k) const { element(k, first + k, params[first + k], factor()); }
+
+    TRICKLE_HOST_DEVICE void run(std::size_t k0, std::size_t k1) const {
+        const float f = factor();
+        params.for_each_piece(first + k0, first + k1, [&](T* p, std::size_t i, std::size_t m) {
+            const std::size_t k = i - first;
+            for (std::size_t j = 0; j < m; ++j) element(k + j, i + j, p[j], f);
+        });
+    }
+
+private:
+    TRICKLE_HOST_DEVICE float factor() const {
+        if (weight_sum == nullptr) return scale;
+        const float w = *weight_sum;
+        return w == 0.0f ? 0.0f : scale / w;
+    }
+
+    TRICKLE_HOST_DEVICE void element(std::size_t k, std::size_t i, T& param, float f) const {
+        const float g = mul_rn(recv.load(k), f);
         float s = snapshot[i];
         constexpr int slots = Rule::state_slots;
         if constexpr (slots == 0) {
@@ -123,7 +155,7 @@ struct outer_update_body {
             for (int j = 0; j < slots; ++j) state[outer_state_index(j, i, n)] = st[j];
         }
         snapshot[i] = s;
-        params[i] = from_float<T>(s);
+        param = from_float<T>(s);
     }
 };
 
@@ -138,6 +170,35 @@ struct snapshot_copy_body {
         const std::size_t i = first + k;
         snapshot[i] = to_float(params[i]);
     }
+
+    TRICKLE_HOST_DEVICE void run(std::size_t k0, std::size_t k1) const {
+        params.for_each_piece(first + k0, first + k1, [&](const T* p, std::size_t i, std::size_t m) {
+            float* snap = snapshot + i;
+            for (std::size_t j = 0; j < m; ++j) snap[j] = to_float(p[j]);
+        });
+    }
 };
+
+// A body with run(k0, k1) over indices [0, count), as for_each_index launches it: call c
+// runs [c * range, (c + 1) * range) clipped to count; launch it for c < calls().
+template <class Body>
+struct range_body {
+    Body body;
+    std::size_t count = 0;
+    std::size_t range = 1;
+
+    TRICKLE_HOST_DEVICE std::size_t calls() const { return (count + range - 1) / range; }
+
+    TRICKLE_HOST_DEVICE void operator()(std::size_t c) const {
+        const std::size_t k0 = c * range;
+        body.run(k0, count - k0 < range ? count : k0 + range);
+    }
+};
+
+// body over [0, count) in chunks sized for memory space Space.
+template <class Space, class Body>
+range_body<Body> ranges(const Body& body, std::size_t count) {
+    return {body, count, std::is_same_v<Space, host_space> ? std::size_t{16384} : std::size_t{1}};
+}
 
 TRICKLE_NAMESPACE_END

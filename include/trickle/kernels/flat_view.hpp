@@ -66,6 +66,21 @@ struct flat_view {
         const segment<T>& s = segments[segment_of(i)];
         return s.data[i - s.offset];
     }
+
+    // Visits flat indices [i0, i1) (i1 <= total) tensor by tensor: f(p, i, m) for each
+    // maximal piece of m >= 1 consecutive indices starting at i that lie in one segment,
+    // with p pointing at index i. One segment lookup in all, then contiguous loops.
+    template <class F>
+    TRICKLE_HOST_DEVICE void for_each_piece(std::size_t i0, std::size_t i1, F&& f) const {
+        if (i0 >= i1) return;
+        const segment<T>* s = segments + segment_of(i0);
+        while (i0 < i1) {
+            const std::size_t end = s->offset + s->size < i1 ? s->offset + s->size : i1;
+            f(s->data + (i0 - s->offset), i0, end - i0);
+            i0 = end;
+            ++s;
+        }
+    }
 };
 
 static_assert(std::is_trivially_copyable_v<flat_view<float>>);

@@ -227,17 +227,6 @@ TRICKLE_HOST_DEVICE void load_run(float* TRICKLE_RESTRICT dst, const T* TRICKLE_
     for (std::size_t j = 0; j < m; ++j) dst[j] = to_float(src[j]);
 }
 
-// float -> bfloat16 exactly as detail::float_to_bf16_bits (round to nearest even, NaN
-// stays NaN), but with the NaN case as a select instead of an early return, so that the
-// compiler vectorizes a loop of it; the branchy form ran bf16 block scatters at under half
-// the copy rate.
-TRICKLE_HOST_DEVICE std::uint16_t bf16_bits_select(float f) {
-    const std::uint32_t u = float_bits(f);
-    const std::uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-    const std::uint32_t quiet = (u >> 16) | 0x0040u;
-    return static_cast<std::uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? quiet : rounded);
-}
-
 #if !defined(__CUDACC__) && defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define TRICKLE_BF16_CLONES 1
 // The host bf16 store, compiled three times and picked once from the CPU's features: at
@@ -248,7 +237,7 @@ TRICKLE_HOST_DEVICE std::uint16_t bf16_bits_select(float f) {
 // through an ifunc at load time, before sanitizer runtimes start, and crashed every
 // ThreadSanitizer build at startup.
 #define TRICKLE_BF16_STORE_BODY                                                                  \
-    for (std::size_t j = 0; j < m; ++j) dst[j].bits = bf16_bits_select(src[j] * scale)
+    for (std::size_t j = 0; j < m; ++j) dst[j].bits = float_to_bf16_bits(src[j] * scale)
 __attribute__((target("arch=x86-64-v4"))) inline void bf16_store_run_v4(
     bfloat16* TRICKLE_RESTRICT dst, const float* TRICKLE_RESTRICT src, float scale, std::size_t m) {
     TRICKLE_BF16_STORE_BODY;
@@ -288,7 +277,7 @@ TRICKLE_HOST_DEVICE void store_run(T* TRICKLE_RESTRICT dst, const float* TRICKLE
 #if TRICKLE_BF16_CLONES
         bf16_store_run(dst, src, scale, m);
 #else
-        for (std::size_t j = 0; j < m; ++j) dst[j].bits = bf16_bits_select(src[j] * scale);
+        for (std::size_t j = 0; j < m; ++j) dst[j].bits = float_to_bf16_bits(src[j] * scale);
 #endif
     } else {
         for (std::size_t j = 0; j < m; ++j) dst[j] = from_float<T>(src[j] * scale);
