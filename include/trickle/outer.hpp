@@ -1,8 +1,9 @@
-// trickle/outer.hpp: the outer optimizers of DiLoCo (average, sgd, momentum, nesterov, adam) and their concept.
+// trickle/outer.hpp: the outer optimizers of DiLoCo (average, sgd, momentum, nesterov, adam), their concept, and lr_scheduled.
 #pragma once
 
 #include <trickle/outer/adam.hpp>
 #include <trickle/outer/average.hpp>
+#include <trickle/outer/lr_schedule.hpp>
 #include <trickle/outer/momentum.hpp>
 #include <trickle/outer/outer_optimizer.hpp>
 #include <trickle/outer/rule.hpp>

@@ -330,6 +330,64 @@ TEST_CASE("diloco adam: a restored checkpoint continues bit for bit; corrupt one
     for (const auto& e : foreign) CHECK_MESSAGE(e.find("different configuration") != std::string::npos, e);
 }
 
+TEST_CASE("diloco with an outer lr schedule: constant is the plain optimizer; a decay resumes bit for bit") {
+    const int N = 3, H = 2, steps = 16;
+    using cos_nesterov = outer::lr_scheduled<outer::nesterov, schedule::cosine>;
+    // Runs steps [from, to) of N workers with optimizer `opt`, optionally saving at the
+    // end and loading at the start.
+    auto run = [&](auto opt, std::vector<replica<float>>& m, int from, int to, std::vector<std::string>* save,
+                   const std::vector<std::string>* load) {
+        comm::run_local(N, [&](comm::local& c) {
+            const int r = c.rank();
+            diloco<decltype(opt)> d(m[r].group, c, {.interval = H, .broadcast_initial = load == nullptr}, opt);
+            if (load) {
+                std::istringstream is((*load)[r]);
+                d.load(is);
+            }
+            for (int t = from; t < to; ++t) {
+                m[r].train(r, t);
+                d.step(exec::host{});
+            }
+            if (save) {
+                std::ostringstream os;
+                d.save(os);
+                (*save)[r] = os.str();
+            }
+        });
+    };
+    auto fresh = [&] {
+        std::vector<replica<float>> m;
+        for (int r = 0; r < N; ++r) m.emplace_back(40, 9, r);
+        return m;
+    };
+    auto plain = fresh(), constant = fresh(), decayed = fresh(), resumed = fresh();
+    run(outer::nesterov{.lr = 0.6}, plain, 0, steps, nullptr, nullptr);
+    run(outer::lr_scheduled<outer::nesterov, schedule::constant>{.optimizer = {.lr = 0.6}}, constant, 0, steps, nullptr,
+        nullptr);
+    const cos_nesterov cos{.optimizer = {.lr = 0.6}, .schedule = {.end_fraction = 0.05, .steps = 6}};
+    run(cos, decayed, 0, steps, nullptr, nullptr);
+    int differ = 0;
+    for (int r = 0; r < N; ++r) {
+        CHECK(trickle_test::bitwise_equal(constant[r].a, plain[r].a));
+        CHECK(trickle_test::bitwise_equal(constant[r].b, plain[r].b));
+        differ += decayed[r].a != plain[r].a;
+    }
+    CHECK(differ == N); // the decay changed every worker's model
+    // Stop after 7 steps (3 outer steps), restore into a new object, finish: same bits.
+    std::vector<std::string> ck(N);
+    run(cos, resumed, 0, 7, &ck, nullptr);
+    run(cos, resumed, 7, steps, nullptr, &ck);
+    for (int r = 0; r < N; ++r) {
+        CHECK(trickle_test::bitwise_equal(resumed[r].a, decayed[r].a));
+        CHECK(trickle_test::bitwise_equal(resumed[r].b, decayed[r].b));
+    }
+    // A checkpoint of another schedule is refused.
+    auto other = fresh();
+    const cos_nesterov shorter{.optimizer = {.lr = 0.6}, .schedule = {.end_fraction = 0.05, .steps = 5}};
+    CHECK_THROWS_WITH_AS(run(shorter, other, 7, 8, nullptr, &ck), doctest::Contains("different configuration"),
+                         trickle::error);
+}
+
 TEST_CASE("diloco: bad options and outer hyperparameters are rejected on every worker") {
     auto expect = [](auto make, const std::string& what, int N = 2) {
         std::vector<replica<float>> m;

@@ -5,11 +5,14 @@
 
 #include <trickle/algorithm/agreement.hpp>
 #include <trickle/outer.hpp>
+#include <trickle/schedule.hpp>
 
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <bit>
 #include <limits>
+#include <numbers>
 #include <string>
 #include <vector>
 
@@ -381,4 +384,132 @@ TEST_CASE("a user-written optimizer runs through the same kernel bodies") {
     rig.update(sign_descent{.lr = 0.5}.prepare(1), {1.f, -1.f, 0.f, 2.f, -3.f, 0.5f, -0.5f, 0.f}, 1.0f);
     CHECK(rig.params() == std::vector<float>{-0.5f, 1.5f, 2.f, 2.5f, 4.5f, 4.5f, 6.5f, 7.f});
     CHECK(error_of(sign_descent{.lr = -1.0}) == "sign_descent: lr must be finite and > 0");
+}
+
+// ---------------------------------------------------------------- outer::lr_scheduled
+
+namespace {
+
+// Two prepared rules act identically: the same bits of the parameter and the state for
+// a spread of parameters, gradients and states (rules hold padding, so no memcmp).
+template <class Rule>
+bool same_rule(const Rule& a, const Rule& b) {
+    constexpr int slots = Rule::state_slots;
+    for (float p0 : {-1.5f, 0.0f, 0.3f, 7.0f})
+        for (float g : {-0.25f, 1e-3f, 0.5f})
+            for (float s0 : {-0.1f, 0.02f}) {
+                float pa = p0, pb = p0;
+                float sa[slots > 0 ? slots : 1], sb[slots > 0 ? slots : 1];
+                for (int j = 0; j < slots; ++j) sa[j] = sb[j] = s0 * static_cast<float>(j + 1) + (j == 1 ? 0.2f : 0.0f);
+                a.apply(pa, g, slots > 0 ? sa : nullptr);
+                b.apply(pb, g, slots > 0 ? sb : nullptr);
+                if (std::bit_cast<std::uint32_t>(pa) != std::bit_cast<std::uint32_t>(pb)) return false;
+                for (int j = 0; j < slots; ++j)
+                    if (std::bit_cast<std::uint32_t>(sa[j]) != std::bit_cast<std::uint32_t>(sb[j])) return false;
+            }
+    return true;
+}
+
+template <class O, class S>
+concept can_schedule = requires { typename outer::lr_scheduled<O, S>; };
+
+// lr_scheduled<Opt, S> at step t prepares exactly what Opt with lr * S(t - 1, 1) does.
+template <class Opt, class S>
+void check_scheduled_rules(const Opt& opt, const S& sched, std::uint64_t steps) {
+    const outer::lr_scheduled<Opt, S> wrapped{opt, sched};
+    for (std::uint64_t t = 1; t <= steps; ++t) {
+        Opt at = opt;
+        at.lr = opt.lr * sched.fraction(t - 1, 1.0);
+        INFO(Opt::name, " step ", t);
+        CHECK(wrapped.lr_factor(t) == sched.fraction(t - 1, 1.0));
+        CHECK(same_rule(wrapped.prepare(t), at.prepare(t)));
+    }
+}
+
+} // namespace
+
+TEST_CASE("lr_scheduled: an outer optimizer wherever the wrapped one has an lr") {
+    using cos_nesterov = outer::lr_scheduled<outer::nesterov, schedule::cosine>;
+    static_assert(outer_optimizer<cos_nesterov>);
+    static_assert(outer_optimizer<outer::lr_scheduled<outer::adam, schedule::warmup<schedule::linear>>>);
+    static_assert(cos_nesterov::state_slots == 1);
+    static_assert(outer::lr_scheduled<outer::adam, schedule::constant>::state_slots == 2);
+    static_assert(outer::has_learning_rate<outer::sgd> && !outer::has_learning_rate<outer::average>);
+    static_assert(!can_schedule<outer::average, schedule::constant>);
+    static_assert(!can_schedule<outer::sgd, int>);
+    static_assert(can_schedule<outer::sgd, schedule::constant>);
+    CHECK(std::string(cos_nesterov::name) == "nesterov");
+}
+
+TEST_CASE("lr_scheduled: step t runs the wrapped optimizer with lr times the schedule at t - 1") {
+    const schedule::cosine cos{.end_fraction = 0.1, .steps = 8};
+    check_scheduled_rules(outer::sgd{.lr = 0.9}, cos, 12);
+    check_scheduled_rules(outer::nesterov{}, cos, 12);
+    check_scheduled_rules(outer::momentum{.lr = 0.3}, schedule::linear{.end_fraction = 0.5, .steps = 4}, 6);
+    check_scheduled_rules(outer::adam{.lr = 0.01}, schedule::warmup<schedule::cosine>{.steps = 3, .start_fraction = 0.2,
+                                                                                      .then = cos}, 14);
+    check_scheduled_rules(outer::sgd{}, schedule::piecewise{.points = {{2, 0.5}, {5, 0.25}}}, 7);
+    // The endpoints, computed by hand: full lr at the first outer step, end_fraction from
+    // step steps + 1 on; a constant schedule changes nothing.
+    const outer::lr_scheduled<outer::nesterov, schedule::cosine> s{.optimizer = {.lr = 0.7}, .schedule = cos};
+    CHECK(s.prepare(1).lr == 0.7f);
+    CHECK(s.prepare(9).lr == static_cast<float>(0.7 * 0.1));
+    CHECK(s.prepare(100).lr == static_cast<float>(0.7 * 0.1));
+    CHECK(s.prepare(5).lr == static_cast<float>(0.7 * (0.1 + 0.9 * 0.5 * (1.0 + std::cos(std::numbers::pi * 0.5)))));
+    const outer::lr_scheduled<outer::adam, schedule::constant> flat{.optimizer = {.lr = 0.02}};
+    for (std::uint64_t t = 1; t < 5; ++t) CHECK(same_rule(flat.prepare(t), outer::adam{.lr = 0.02}.prepare(t)));
+}
+
+TEST_CASE("lr_scheduled: a schedule applied over several outer steps through the kernel bodies") {
+    // sgd with lr 1, halved from outer step 3: the parameters reach the target, then
+    // move half of the remaining way each step.
+    using opt = outer::lr_scheduled<outer::sgd, schedule::piecewise>;
+    const opt o{.optimizer = {.lr = 1.0}, .schedule = {.points = {{2, 0.5}}}};
+    trickle_test::diloco_rig<exec::host, float> rig(exec::host{}, 6, 0);
+    rig.set_params({1, 2, 3, 4, 5, 6});
+    rig.copy_snapshot();
+    std::vector<float> expect{1, 2, 3, 4, 5, 6};
+    for (std::uint64_t t = 1; t <= 4; ++t) {
+        std::vector<float> g(6);
+        for (std::size_t i = 0; i < 6; ++i) g[i] = expect[i] - 10.0f; // always towards 10
+        rig.update(o.prepare(t), g, 1.0f);
+        const float lr = t <= 2 ? 1.0f : 0.5f;
+        for (std::size_t i = 0; i < 6; ++i) expect[i] = expect[i] - lr * g[i];
+        const auto snap = trickle_test::download(rig.snapshot);
+        for (std::size_t i = 0; i < 6; ++i) CHECK(snap[i] == expect[i]);
+    }
+    CHECK(expect[0] == 10.0f);
+}
+
+TEST_CASE("lr_scheduled: describe adds the schedule's fields; bad ones are reported and thrown") {
+    using opt = outer::lr_scheduled<outer::nesterov, schedule::cosine>;
+    config_record rec("diloco");
+    opt{.schedule = {.end_fraction = 0.2, .steps = 50}}.describe(rec);
+    std::string all;
+    for (const auto& [k, v] : rec.fields()) all += k + "=" + v + ";";
+    CHECK(all == "outer=nesterov;outer.lr=0.69999999999999996;outer.momentum=0.90000000000000002;"
+                 "outer.lr_schedule=cosine;outer.lr_end_fraction=0.20000000000000001;outer.lr_schedule_steps=50;");
+    CHECK(rec.error().empty());
+
+    check_rejected(opt{.schedule = {.end_fraction = 1.5}},
+                   "outer::nesterov lr schedule: schedule::cosine: end_fraction must be in (0, 1], got 1.5");
+    check_rejected(opt{.schedule = {.steps = 0}}, "outer::nesterov lr schedule: schedule::cosine: steps must be >= 1");
+    check_rejected(outer::lr_scheduled<outer::sgd, schedule::piecewise>{.schedule = {.points = {{3, 0.5}, {3, 0.2}}}},
+                   "steps must be strictly increasing");
+    check_rejected(outer::lr_scheduled<outer::sgd, schedule::warmup<>>{.schedule = {.start_fraction = 0.0}},
+                   "start_fraction must be in (0, 1]");
+    // The wrapped optimizer's own fields are checked first.
+    check_rejected(opt{.optimizer = {.lr = -1.0}, .schedule = {.end_fraction = 2.0}},
+                   "outer::nesterov: lr must be finite and > 0, got -1");
+    CHECK_THROWS_WITH_AS(opt{}.prepare(0), doctest::Contains("counted from 1"), invalid_argument);
+}
+
+TEST_CASE("lr_scheduled: workers that disagree on the schedule are caught by agree()") {
+    using opt = outer::lr_scheduled<outer::adam, schedule::linear>;
+    const auto errors = trickle_test::run_collect_errors(3, [](auto& comm) {
+        config_record rec("diloco");
+        opt{.schedule = {.steps = comm.rank() == 1 ? 99u : 100u}}.describe(rec);
+        agree(comm, rec);
+    });
+    for (const auto& e : errors) CHECK(e.find("outer.lr_schedule_steps: rank 0 has 100, rank 1 has 99") != std::string::npos);
 }
