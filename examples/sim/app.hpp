@@ -45,6 +45,8 @@ inline void print_header(std::ostream& out, const sim_config& cfg, const dataset
     if (diloco) {
         out << "diloco: outer step every " << cfg.outer_interval << " steps, outer " << name_of(cfg.outer);
         if (cfg.outer != outer_kind::average) out << " lr " << cfg.outer_lr;
+        if (cfg.outer_lr_schedule != schedule_kind::constant)
+            out << " -> " << cfg.outer_lr * cfg.outer_lr_end << " (" << name_of(cfg.outer_lr_schedule) << ")";
         if (cfg.outer == outer_kind::nesterov || cfg.outer == outer_kind::momentum)
             out << " momentum " << cfg.outer_momentum;
         out << ", drop probability " << cfg.drop_prob << ", prune " << cfg.prune << ", topology "

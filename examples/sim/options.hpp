@@ -103,6 +103,8 @@ struct sim_config {
     outer_kind outer = outer_kind::nesterov;
     double outer_lr = 0.7;
     double outer_momentum = 0.9;
+    schedule_kind outer_lr_schedule = schedule_kind::constant;
+    double outer_lr_end = 1.0; // final multiple of --outer-lr (1 when constant)
     double drop_prob = 0.0;
     double prune = 0.0;
 
@@ -164,6 +166,9 @@ DiLoCo (diloco, sparta-diloco)
   --outer KIND           nesterov|sgd|momentum|adam|average (default nesterov)
   --outer-lr LR          outer learning rate, > 0 (default 0.7; adam 0.03; not for average)
   --outer-momentum M     momentum of nesterov and momentum, [0, 1) (default 0.9)
+  --outer-lr-schedule S  constant|linear|cosine: the outer lr moves from --outer-lr to
+                         --outer-lr-end x --outer-lr over the run's outer steps (default constant)
+  --outer-lr-end F       final multiple of --outer-lr of a linear or cosine schedule, (0, 1]
   --drop-prob Q          probability a worker's outer gradient is dropped in a round, [0, 1)
   --prune Q              fraction of outer-gradient values pruned by magnitude, [0, 1)
 
@@ -226,7 +231,7 @@ inline sim_config parse_cli(std::span<const std::string> args) {
     // Options whose effect depends on the strategies; checked once all are known.
     std::vector<std::string> sparta_only, diloco_only, both_only;
     bool fraction_end_given = false, outer_lr_given = false, outer_momentum_given = false,
-         block_size_given = false;
+         block_size_given = false, outer_lr_schedule_given = false, outer_lr_end_given = false;
     std::vector<std::string> seen;
 
     for (std::size_t i = 0; i < args.size(); ++i) {
@@ -253,7 +258,8 @@ inline sim_config parse_cli(std::span<const std::string> args) {
             "--weight-decay", "--data", "--corpus-chars", "--shards", "--eval-size", "--context", "--embed",
             "--hidden", "--layers", "--fraction", "--sampler", "--block-size", "--interval",
             "--fraction-schedule", "--fraction-end", "--outer-interval", "--outer", "--outer-lr",
-            "--outer-momentum", "--drop-prob", "--prune", "--topology", "--csv"};
+            "--outer-momentum", "--outer-lr-schedule", "--outer-lr-end", "--drop-prob", "--prune", "--topology",
+            "--csv"};
         bool is_known = false;
         for (auto k : known) is_known = is_known || k == opt;
         if (!is_known) throw usage_error("unknown option '" + opt + "' (see --help)");
@@ -359,6 +365,16 @@ inline sim_config parse_cli(std::span<const std::string> args) {
             c.outer_momentum = x;
             outer_momentum_given = true;
             diloco_only.push_back(opt);
+        } else if (opt == "--outer-lr-schedule") {
+            c.outer_lr_schedule = detail::parse_enum<schedule_kind>(opt, v, schedule_names);
+            outer_lr_schedule_given = true;
+            diloco_only.push_back(opt);
+        } else if (opt == "--outer-lr-end") {
+            const double x = detail::parse_double(opt, v);
+            if (!(x > 0 && x <= 1)) detail::bad_value(opt, v, "must be in (0, 1]");
+            c.outer_lr_end = x;
+            outer_lr_end_given = true;
+            diloco_only.push_back(opt);
         } else if (opt == "--drop-prob") {
             const double x = detail::parse_double(opt, v);
             if (!(x >= 0 && x < 1)) detail::bad_value(opt, v, "must be in [0, 1)");
@@ -415,6 +431,15 @@ inline sim_config parse_cli(std::span<const std::string> args) {
     if (outer_momentum_given && c.outer != outer_kind::nesterov && c.outer != outer_kind::momentum)
         throw usage_error("--outer-momentum: applies to --outer nesterov and momentum only");
     if (!outer_lr_given) c.outer_lr = default_outer_lr(c.outer);
+    if (c.outer == outer_kind::average && outer_lr_schedule_given)
+        throw usage_error("--outer-lr-schedule: --outer average has no learning rate");
+    if (c.outer_lr_schedule == schedule_kind::constant) {
+        if (outer_lr_end_given) throw usage_error("--outer-lr-end: needs --outer-lr-schedule linear or cosine");
+        c.outer_lr_end = 1.0;
+    } else if (!outer_lr_end_given) {
+        throw usage_error("--outer-lr-schedule " + std::string(name_of(c.outer_lr_schedule)) +
+                          ": needs --outer-lr-end");
+    }
     return c;
 }
 

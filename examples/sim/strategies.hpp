@@ -8,6 +8,7 @@
 
 #include <trickle/trickle.hpp>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -100,15 +101,50 @@ inline trickle::sparta_options make_sparta_options(const sim_config& c) {
     return {.fraction = c.fraction, .interval = static_cast<std::uint64_t>(c.interval), .seed = c.seed};
 }
 
-using outer_choice = std::variant<trickle::outer::nesterov, trickle::outer::sgd, trickle::outer::momentum,
-                                  trickle::outer::adam, trickle::outer::average>;
+// The outer learning-rate schedule, chosen at run time (one schedule_policy whose kind is
+// a value), so that scheduling the outer lr adds no instantiations: every optimizer with
+// an lr is wrapped in lr_scheduled with it. Its multiplier is exactly 1 when constant, so
+// an unscheduled run gives the bits of the bare optimizer.
+struct runtime_lr_schedule {
+    static constexpr const char* name = "runtime";
+    schedule_choice chosen = trickle::schedule::constant{};
+
+    double fraction(std::uint64_t step, double base) const {
+        return std::visit([&](const auto& s) { return s.fraction(step, base); }, chosen);
+    }
+    void describe(trickle::config_record& rec) const {
+        std::visit([&](const auto& s) { s.describe(rec); }, chosen);
+    }
+};
+static_assert(trickle::schedule_policy<runtime_lr_schedule>);
+
+template <class Opt>
+using scheduled = trickle::outer::lr_scheduled<Opt, runtime_lr_schedule>;
+
+using outer_choice = std::variant<scheduled<trickle::outer::nesterov>, scheduled<trickle::outer::sgd>,
+                                  scheduled<trickle::outer::momentum>, scheduled<trickle::outer::adam>,
+                                  trickle::outer::average>;
+
+inline runtime_lr_schedule make_outer_lr_schedule(const sim_config& c) {
+    // Outer steps in the run: the schedule's steps count them.
+    const auto outer_steps = static_cast<std::uint64_t>(std::max(1, c.steps / c.outer_interval));
+    switch (c.outer_lr_schedule) {
+    case schedule_kind::constant: return {trickle::schedule::constant{}};
+    case schedule_kind::linear: return {trickle::schedule::linear{.end_fraction = c.outer_lr_end, .steps = outer_steps}};
+    case schedule_kind::cosine: return {trickle::schedule::cosine{.end_fraction = c.outer_lr_end, .steps = outer_steps}};
+    }
+    throw usage_error("--outer-lr-schedule: unhandled value");
+}
 
 inline outer_choice make_outer(const sim_config& c) {
+    const runtime_lr_schedule lrs = make_outer_lr_schedule(c);
     switch (c.outer) {
-    case outer_kind::nesterov: return trickle::outer::nesterov{.lr = c.outer_lr, .momentum = c.outer_momentum};
-    case outer_kind::sgd: return trickle::outer::sgd{.lr = c.outer_lr};
-    case outer_kind::momentum: return trickle::outer::momentum{.lr = c.outer_lr, .momentum = c.outer_momentum};
-    case outer_kind::adam: return trickle::outer::adam{.lr = c.outer_lr};
+    case outer_kind::nesterov:
+        return scheduled<trickle::outer::nesterov>{{.lr = c.outer_lr, .momentum = c.outer_momentum}, lrs};
+    case outer_kind::sgd: return scheduled<trickle::outer::sgd>{{.lr = c.outer_lr}, lrs};
+    case outer_kind::momentum:
+        return scheduled<trickle::outer::momentum>{{.lr = c.outer_lr, .momentum = c.outer_momentum}, lrs};
+    case outer_kind::adam: return scheduled<trickle::outer::adam>{{.lr = c.outer_lr}, lrs};
     case outer_kind::average: return trickle::outer::average{};
     }
     throw usage_error("--outer: unhandled value");

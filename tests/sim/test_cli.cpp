@@ -56,6 +56,8 @@ TEST_CASE("cli: defaults compare ddp, none, sparta, diloco and sparta-diloco wit
     CHECK(c.outer == outer_kind::nesterov);
     CHECK(c.outer_lr == doctest::Approx(0.7));
     CHECK(c.outer_momentum == doctest::Approx(0.9));
+    CHECK(c.outer_lr_schedule == schedule_kind::constant);
+    CHECK(c.outer_lr_end == 1.0);
     CHECK(c.topology == topology_kind::all_reduce);
     CHECK(c.shards == shard_mode::iid);
     CHECK(c.data_file.empty());
@@ -70,7 +72,8 @@ TEST_CASE("cli: every option is read, in both --opt V and --opt=V forms") {
                                 "--context", "3", "--embed", "5", "--hidden", "6", "--layers", "3", "--fraction",
                                 "0.25", "--sampler", "block", "--block-size", "64", "--interval", "5",
                                 "--fraction-schedule", "cosine", "--fraction-end", "0.01", "--outer-interval", "20",
-                                "--outer", "momentum", "--outer-lr", "0.5", "--outer-momentum", "0.8", "--drop-prob",
+                                "--outer", "momentum", "--outer-lr", "0.5", "--outer-momentum", "0.8",
+                                "--outer-lr-schedule=linear", "--outer-lr-end", "0.25", "--drop-prob",
                                 "0.25", "--prune", "0.5", "--topology", "ring", "--csv", "out.csv", "--quiet"});
     CHECK(c.strategies == std::vector<strategy_kind>{strategy_kind::sparta_diloco, strategy_kind::ddp});
     CHECK(c.workers == 8);
@@ -98,6 +101,8 @@ TEST_CASE("cli: every option is read, in both --opt V and --opt=V forms") {
     CHECK(c.outer == outer_kind::momentum);
     CHECK(c.outer_lr == doctest::Approx(0.5));
     CHECK(c.outer_momentum == doctest::Approx(0.8));
+    CHECK(c.outer_lr_schedule == schedule_kind::linear);
+    CHECK(c.outer_lr_end == 0.25);
     CHECK(c.drop_prob == 0.25);
     CHECK(c.prune == 0.5);
     CHECK(c.topology == topology_kind::ring);
@@ -180,6 +185,13 @@ TEST_CASE("cli: bad input is an error that names the option") {
         {{"--strategy", "diloco", "--outer-momentum", "1"}, "--outer-momentum: must be in [0, 1)"},
         {{"--strategy", "diloco", "--outer", "sgd", "--outer-momentum", "0.5"}, "--outer-momentum: applies to --outer nesterov and momentum only"},
         {{"--strategy", "diloco", "--outer", "average", "--outer-lr", "0.5"}, "--outer-lr: --outer average has no learning rate"},
+        {{"--strategy", "diloco", "--outer-lr-schedule", "step"}, "--outer-lr-schedule: expected one of constant|linear|cosine"},
+        {{"--strategy", "diloco", "--outer-lr-schedule", "cosine"}, "--outer-lr-schedule cosine: needs --outer-lr-end"},
+        {{"--strategy", "diloco", "--outer-lr-end", "0.5"}, "--outer-lr-end: needs --outer-lr-schedule linear or cosine"},
+        {{"--strategy", "diloco", "--outer-lr-schedule", "linear", "--outer-lr-end", "1.5"}, "--outer-lr-end: must be in (0, 1]"},
+        {{"--strategy", "diloco", "--outer", "average", "--outer-lr-schedule", "cosine", "--outer-lr-end", "0.5"},
+         "--outer-lr-schedule: --outer average has no learning rate"},
+        {{"--strategy", "sparta", "--outer-lr-schedule", "cosine"}, "--outer-lr-schedule: applies to diloco and sparta-diloco"},
         {{"--strategy", "diloco", "--drop-prob", "1"}, "--drop-prob: must be in [0, 1)"},
         {{"--strategy", "diloco", "--prune", "-0.5"}, "--prune: must be in [0, 1)"},
         {{"--strategy", "diloco", "--topology", "star"}, "--topology: expected one of all-reduce|ring"},
@@ -242,7 +254,8 @@ TEST_CASE("cli: --help documents every option and exits 0") {
                             "--warmup", "--weight-decay", "--data", "--corpus-chars", "--shards", "--eval-size",
                             "--context", "--embed", "--hidden", "--layers", "--fraction", "--sampler", "--block-size",
                             "--interval", "--fraction-schedule", "--fraction-end", "--outer-interval", "--outer",
-                            "--outer-lr", "--outer-momentum", "--drop-prob", "--prune", "--topology", "--csv",
+                            "--outer-lr", "--outer-momentum", "--outer-lr-schedule", "--outer-lr-end", "--drop-prob",
+                            "--prune", "--topology", "--csv",
                             "--quiet", "--help"})
         CHECK_MESSAGE(r.out.find(opt) != std::string::npos, opt);
     CHECK(r.out.find("correlation,bytes_sent_per_worker,reduction_vs_ddp,wall_s") != std::string::npos);

@@ -237,6 +237,31 @@ TEST_CASE("runs: diloco on a ring, with each outer optimizer, pruning and droppe
     CHECK(std::isfinite(r.rows.back().eval_loss));
 }
 
+TEST_CASE("runs: an outer lr schedule changes the outer steps only as scheduled") {
+    sim_config cfg = sim_test::tiny_config(3, 12);
+    cfg.outer = outer_kind::sgd;
+    cfg.outer_lr = 0.7;
+    cfg.outer_interval = 4; // 3 outer steps, the last at the end of the run
+    const dataset data = prepare_data(cfg);
+    const run_result flat = run_strategy(cfg, data, strategy_kind::diloco);
+    // A linear schedule to 1 x lr multiplies by exactly 1: the same bits as no schedule.
+    cfg.outer_lr_schedule = schedule_kind::linear;
+    cfg.outer_lr_end = 1.0;
+    const run_result unit = run_strategy(cfg, data, strategy_kind::diloco);
+    cfg.outer_lr_schedule = schedule_kind::cosine;
+    cfg.outer_lr_end = 0.1;
+    const run_result decayed = run_strategy(cfg, data, strategy_kind::diloco);
+    for (std::size_t w = 0; w < 3; ++w) {
+        CHECK(bitwise_equal(unit.replicas[w], flat.replicas[w]));
+        CHECK_FALSE(bitwise_equal(decayed.replicas[w], flat.replicas[w]));
+        CHECK(bitwise_equal(decayed.replicas[w], decayed.replicas[0])); // still one model after the outer step
+        CHECK(decayed.bytes_sent[w] == flat.bytes_sent[w]);
+    }
+    // The combination takes the same schedule.
+    const run_result both = run_strategy(cfg, data, strategy_kind::sparta_diloco);
+    CHECK(std::isfinite(both.rows.back().eval_loss));
+}
+
 TEST_CASE("runs: sparta-diloco adds the sparse exchanges between outer steps to the outer steps' bytes") {
     sim_config cfg = sim_test::tiny_config(3, 30);
     cfg.fraction = 0.05;
