@@ -17,15 +17,19 @@
 #include <trickle/outer/momentum.hpp>
 #include <trickle/sampler/random_batch.hpp>
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
 #include <string>
 #include <thread>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace tb = trickle_bench;
@@ -49,12 +53,51 @@ __attribute__((noinline)) void copy_loop(float* TRICKLE_RESTRICT dst, const floa
 
 volatile float runtime_one = 1.0f;
 
+// TRICKLE_BENCH_HUGE_PAGES=1 backs the parameters and the copy's arrays with transparent
+// huge pages (2 MB, madvise before first touch), to show how much of the random samplers'
+// cost is address translation: with 4 KB pages every random line of a 267 MB group is
+// also a TLB miss and a page walk.
+bool huge_pages() {
+    const char* s = std::getenv("TRICKLE_BENCH_HUGE_PAGES");
+    return s != nullptr && s[0] != '\0' && s[0] != '0';
+}
+
+// Zeroed storage for n values of T, 2 MB aligned, with huge pages when asked for.
+template <class T>
+class bench_array {
+public:
+    static constexpr std::size_t align = std::size_t{2} << 20;
+
+    bench_array() = default;
+    explicit bench_array(std::size_t n) : n_(n) {
+        const std::size_t bytes = (n * sizeof(T) + align - 1) / align * align;
+        p_ = static_cast<T*>(::operator new(bytes, std::align_val_t{align}));
+        if (huge_pages()) madvise(p_, bytes, MADV_HUGEPAGE);
+        std::memset(static_cast<void*>(p_), 0, bytes);
+    }
+    bench_array(bench_array&& o) noexcept : p_(std::exchange(o.p_, nullptr)), n_(o.n_) {}
+    bench_array& operator=(bench_array&& o) noexcept {
+        std::swap(p_, o.p_);
+        std::swap(n_, o.n_);
+        return *this;
+    }
+    ~bench_array() {
+        if (p_) ::operator delete(p_, std::align_val_t{align});
+    }
+    T* data() const { return p_; }
+    std::size_t size() const { return n_; }
+
+private:
+    T* p_ = nullptr;
+    std::size_t n_ = 0;
+};
+
 std::size_t copy_elements() { return tb::smoke() ? (std::size_t{1} << 16) : (std::size_t{64} << 20); }
 
 // Best of ten copies of 256 MB into another 256 MB (16x a 32 MB L3), bytes read + written per second.
 double measure_b_copy() {
     const std::size_t n = copy_elements();
-    buffer<float> a(n), b(n);
+    bench_array<float> a(n), b(n);
     for (std::size_t i = 0; i < n; ++i) a.data()[i] = static_cast<float>(i & 1023);
     double best = 0;
     const float one = runtime_one;
@@ -72,7 +115,7 @@ double b_copy = 0;
 
 void bm_copy(benchmark::State& state, bool use_memcpy) {
     const std::size_t n = copy_elements();
-    buffer<float> a(n), b(n);
+    bench_array<float> a(n), b(n);
     const float one = runtime_one;
     for (auto _ : state) {
         if (use_memcpy)
@@ -89,7 +132,7 @@ void bm_copy(benchmark::State& state, bool use_memcpy) {
 
 template <class T>
 struct host_model {
-    buffer<T> data;
+    bench_array<T> data;
     trickle::param_group<T, host_space> group;
     trickle::flat_params<T, host_space> flat;
     std::size_t n = 0;
@@ -102,7 +145,7 @@ host_model<T>& model(int shape) {
     if (!slot) {
         auto m = std::make_unique<host_model<T>>();
         m->n = tb::model_elements(tb::shapes[shape]);
-        m->data = buffer<T>(m->n);
+        m->data = bench_array<T>(m->n);
         for (std::size_t i = 0; i < m->n; ++i) m->data.data()[i] = T(static_cast<float>(i % 2039) * 0.001f - 1.0f);
         m->group = tb::packed_group<T, host_space>(tb::shapes[shape], m->data.data());
         m->flat = trickle::flat_params<T, host_space>(m->group);
@@ -456,6 +499,8 @@ int main(int argc, char** argv) {
     benchmark::AddCustomContext("flags", TRICKLE_BENCH_HOST_FLAGS);
     benchmark::AddCustomContext("threads", "1 (exec::host); allreduce: N threads");
     benchmark::AddCustomContext("smoke", tb::smoke() ? "yes" : "no");
+    benchmark::AddCustomContext("huge_pages", huge_pages() ? "madvise(MADV_HUGEPAGE) on parameters and copy arrays"
+                                                           : "no (4 KB pages)");
 #if TRICKLE_PHILOX_SIMD
     benchmark::AddCustomContext("philox_lanes", trickle::detail::philox_simd_name());
 #else

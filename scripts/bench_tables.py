@@ -3,6 +3,7 @@
 
     python3 scripts/bench_tables.py --host host.json[.gz] [--cuda cuda.json[.gz]]
         [--readme benchmarks/README.md [--block NAME]] [--brief] [--plot benchmarks/bandwidth.png]
+    python3 scripts/bench_tables.py --compare A.json B.json --labels "name A,name B" [--readme ... --block NAME]
 
 Tables use the Python standard library only. Without --readme they go to stdout; with it
 they replace the text between '<!-- bench_tables:BACKEND:begin -->' and
@@ -318,6 +319,19 @@ def render(r, brief=False):
     return "\n".join(parts)
 
 
+def compare(a, b, labels):
+    """Every case two runs share: time in each, the speed-up from a to b, and % of each run's B_copy."""
+    la, lb = labels
+    rows = []
+    for name in sorted(set(a.runs) & set(b.runs)):
+        ta, tb = a.get(name), b.get(name)
+        rows.append([f"`{name}`", fmt_time(ta), fmt_time(tb), fmt(ratio(ta, tb), 2, "×"),
+                     fmt(a.get(name, "pct_of_copy"), 0, "%"), fmt(b.get(name, "pct_of_copy"), 0, "%")])
+    head = f"- B_copy: {fmt(a.b_copy() and a.b_copy() / 1e9, 1)} GB/s ({la}), {fmt(b.b_copy() and b.b_copy() / 1e9, 1)} GB/s ({lb})"
+    return head + "\n\n" + table(["case", f"time, {la}", f"time, {lb}", "speed-up", f"% of B_copy, {la}",
+                                   f"% of B_copy, {lb}"], rows)
+
+
 def table_has_data(lines):
     """True when some cell of a markdown table, past its first column and header, holds a figure."""
     for row in lines[2:]:
@@ -406,7 +420,16 @@ def main():
     ap.add_argument("--plot", help="write a PNG of bandwidth against fraction and block size (needs matplotlib)")
     ap.add_argument("--block", help="marker name to replace in --readme instead of the backend (host, cuda)")
     ap.add_argument("--brief", action="store_true", help="targets and headline tables only")
+    ap.add_argument("--compare", nargs=2, metavar=("A", "B"), help="two bench_host JSON runs: the cases they share, side by side")
+    ap.add_argument("--labels", default="A,B", help="names of the --compare runs, comma-separated")
     args = ap.parse_args()
+    if args.compare:
+        text = compare(Results(args.compare[0], "host"), Results(args.compare[1], "host"), args.labels.split(",", 1))
+        if args.readme:
+            replace_block(args.readme, args.block or "compare", text)
+        else:
+            print(text)
+        return
     results = []
     if args.host:
         results.append(Results(args.host, "host"))
