@@ -36,6 +36,33 @@ struct replica {
     }
 };
 
+// Steps [from, to) of every worker's diloco<Opt> over replicas m, on m.size() threads:
+// loads (*load)[r] first when given (a resumed run, so no initial broadcast), and saves
+// each worker's checkpoint into (*save)[r] at the end when given.
+template <class Opt>
+void run_diloco(std::vector<replica<float>>& m, const diloco_options& options, const Opt& opt, int from, int to,
+                std::vector<std::string>* save, const std::vector<std::string>* load) {
+    comm::run_local(static_cast<int>(m.size()), [&](comm::local& c) {
+        const int r = c.rank();
+        diloco_options o = options;
+        o.broadcast_initial = load == nullptr;
+        diloco<Opt> d(m[r].group, c, o, opt);
+        if (load) {
+            std::istringstream is((*load)[r]);
+            d.load(is);
+        }
+        for (int t = from; t < to; ++t) {
+            m[r].train(r, t);
+            d.step(exec::host{});
+        }
+        if (save) {
+            std::ostringstream os;
+            d.save(os);
+            (*save)[r] = os.str();
+        }
+    });
+}
+
 } // namespace
 
 TEST_CASE("diloco average: one worker leaves its model unchanged") {
@@ -249,28 +276,10 @@ TEST_CASE("diloco: bytes per outer step are one all-reduce of the deltas and the
 
 TEST_CASE("diloco adam: a restored checkpoint continues bit for bit; corrupt ones change nothing") {
     const int N = 2, H = 3;
+    // A resumed run keeps the parameters its trainer restored: no initial broadcast.
     auto run = [&](std::vector<replica<float>>& m, int from, int to, std::vector<std::string>* save,
                    const std::vector<std::string>* load) {
-        comm::run_local(N, [&](comm::local& c) {
-            const int r = c.rank();
-            // A resumed run keeps the parameters its trainer restored: no initial broadcast.
-            diloco<outer::adam> d(m[r].group, c,
-                                  {.interval = H, .seed = 5, .drop_probability = 0.3, .broadcast_initial = load == nullptr},
-                                  outer::adam{.lr = 0.01});
-            if (load) {
-                std::istringstream is((*load)[r]);
-                d.load(is);
-            }
-            for (int t = from; t < to; ++t) {
-                m[r].train(r, t);
-                d.step(exec::host{});
-            }
-            if (save) {
-                std::ostringstream os;
-                d.save(os);
-                (*save)[r] = os.str();
-            }
-        });
+        run_diloco(m, {.interval = H, .seed = 5, .drop_probability = 0.3}, outer::adam{.lr = 0.01}, from, to, save, load);
     };
     std::vector<replica<float>> resumed, one;
     for (int r = 0; r < N; ++r) {
@@ -333,28 +342,8 @@ TEST_CASE("diloco adam: a restored checkpoint continues bit for bit; corrupt one
 TEST_CASE("diloco with an outer lr schedule: constant is the plain optimizer; a decay resumes bit for bit") {
     const int N = 3, H = 2, steps = 16;
     using cos_nesterov = outer::lr_scheduled<outer::nesterov, schedule::cosine>;
-    // Runs steps [from, to) of N workers with optimizer `opt`, optionally saving at the
-    // end and loading at the start.
     auto run = [&](auto opt, std::vector<replica<float>>& m, int from, int to, std::vector<std::string>* save,
-                   const std::vector<std::string>* load) {
-        comm::run_local(N, [&](comm::local& c) {
-            const int r = c.rank();
-            diloco<decltype(opt)> d(m[r].group, c, {.interval = H, .broadcast_initial = load == nullptr}, opt);
-            if (load) {
-                std::istringstream is((*load)[r]);
-                d.load(is);
-            }
-            for (int t = from; t < to; ++t) {
-                m[r].train(r, t);
-                d.step(exec::host{});
-            }
-            if (save) {
-                std::ostringstream os;
-                d.save(os);
-                (*save)[r] = os.str();
-            }
-        });
-    };
+                   const std::vector<std::string>* load) { run_diloco(m, {.interval = H}, opt, from, to, save, load); };
     auto fresh = [&] {
         std::vector<replica<float>> m;
         for (int r = 0; r < N; ++r) m.emplace_back(40, 9, r);
