@@ -301,16 +301,18 @@ void bm_exchange(benchmark::State& state, const tb::exchange_case c, Sampler sam
         }
         case exchange_op::indices: {
             // The position arithmetic of the range kernels, with no parameter memory:
-            // a run lookup per run, or bulk positions per batch.
+            // the runs as the host kernels walk them, or bulk positions per batch.
             std::uint64_t sink = 0;
             const std::size_t count = sel.count();
             if (trickle::detail::uses_runs(sel)) {
-                if constexpr (trickle::detail::run_selection<std::decay_t<decltype(sel)>>)
+                if constexpr (trickle::detail::run_selection<std::decay_t<decltype(sel)>>) {
+                    trickle::detail::host_run_cursor cursor(sel, count);
                     for (std::size_t k = 0; k < count;) {
-                        const auto r = sel.run_at(k);
+                        const auto r = cursor.next(k);
                         sink += r.pos;
                         k += r.len;
                     }
+                }
             } else {
                 std::uint64_t pos[trickle::detail::host_batch];
                 for (std::size_t k = 0; k < count; k += trickle::detail::host_batch) {

@@ -24,6 +24,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
+#include <utility>
 
 TRICKLE_NAMESPACE_BEGIN
 
@@ -60,6 +61,53 @@ concept run_selection = requires(const S& s, std::size_t k) {
 template <class S>
 concept bulk_selection = requires(const S& s, std::size_t k, std::size_t m, std::uint64_t* out) {
     s.positions(k, m, out);
+};
+
+// Run selections whose runs are whole blocks of a permutation: their run starts can be
+// computed for many blocks at once.
+template <class S>
+concept block_run_selection = run_selection<S> && requires(const S& s, std::size_t b, std::uint64_t* out) {
+    { s.block_size } -> std::convertible_to<std::size_t>;
+    s.block_images(b, b, out);
+    { s.run_in_block(std::uint64_t{}, b) } -> std::same_as<decltype(s.run_at(b))>;
+};
+
+// Host only: the runs of a selection from value k on, in order, each clipped to end by
+// k1. Block selections look their blocks up `batch` at a time (one SIMD Feistel pass
+// instead of one scalar permutation per run); the runs are those of sel.run_at.
+template <class S>
+class host_run_cursor {
+public:
+    static constexpr std::size_t batch = 32;
+
+    host_run_cursor(const S& sel, std::size_t k1) : sel_(sel), k1_(k1) {}
+
+    using run_type = decltype(std::declval<const S&>().run_at(std::size_t{}));
+
+    run_type next(std::size_t k) {
+        run_type r;
+        if constexpr (block_run_selection<S>) {
+            const std::size_t bs = sel_.block_size;
+            const std::size_t b = k / bs;
+            if (b < b0_ || b - b0_ >= have_) {
+                const std::size_t last = (k1_ - 1) / bs; // blocks b .. last hold values below k1
+                have_ = last - b + 1 < batch ? last - b + 1 : batch;
+                b0_ = b;
+                sel_.block_images(b, have_, images_);
+            }
+            r = sel_.run_in_block(images_[b - b0_], k % bs);
+        } else {
+            r = sel_.run_at(k);
+        }
+        if (r.len > k1_ - k) r.len = k1_ - k;
+        return r;
+    }
+
+private:
+    const S& sel_;
+    std::size_t k1_;
+    std::size_t b0_ = 0, have_ = 0;
+    std::uint64_t images_[batch];
 };
 
 template <class S>
@@ -190,11 +238,12 @@ inline void host_run_pass(const flat_view<T>& params, const Sel& sel, std::size_
     constexpr std::size_t R = 32;
     constexpr std::size_t line = 64;
     const segment_index<T> index(params, (k1 - k) / 8);
+    host_run_cursor<Sel> cursor(sel, k1);
     run ring[R];
     std::size_t made = 0, done = 0, next = k, ahead = 1;
     auto produce = [&] {
-        const auto r = sel.run_at(next);
-        const std::size_t m = r.len < k1 - next ? r.len : k1 - next;
+        const auto r = cursor.next(next);
+        const std::size_t m = r.len;
         const segment<T>* seg = r.pos < params.total ? index.find(r.pos) : nullptr;
         if (seg != nullptr) {
             // Within the run's first tensor only, so no address leaves an allocation.

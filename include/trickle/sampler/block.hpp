@@ -38,12 +38,18 @@ struct block {
         // One permutation lookup per block instead of one per position.
         TRICKLE_HOST_DEVICE bool runs() const { return true; }
         TRICKLE_HOST_DEVICE selection_run run_at(std::size_t k) const {
-            const std::size_t j = k % block_size;
-            const std::size_t pos = static_cast<std::size_t>(blocks(k / block_size)) * block_size + j;
+            return run_in_block(blocks(k / block_size), k % block_size);
+        }
+        // The run from offset j of the block whose permuted index is `image`.
+        TRICKLE_HOST_DEVICE selection_run run_in_block(std::uint64_t image, std::size_t j) const {
+            const std::size_t pos = static_cast<std::size_t>(image) * block_size + j;
             const std::size_t rest = block_size - j;
             if (pos >= n) return selection_run{n, rest};
             return selection_run{pos, rest < n - pos ? rest : n - pos};
         }
+        // Host only: out[i] = the permuted index of block b0 + i, for m blocks at once
+        // (SIMD Feistel rounds where the CPU has them).
+        void block_images(std::size_t b0, std::size_t m, std::uint64_t* out) const { blocks.images(b0, m, out); }
     };
 
     selection_type select(const sampler_context& ctx) const {
