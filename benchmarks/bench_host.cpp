@@ -315,9 +315,10 @@ void bm_exchange(benchmark::State& state, const tb::exchange_case c, Sampler sam
                 }
             } else {
                 std::uint64_t pos[trickle::detail::host_batch];
+                trickle::detail::host_position_cursor cursor(sel);
                 for (std::size_t k = 0; k < count; k += trickle::detail::host_batch) {
                     const std::size_t mm = std::min(trickle::detail::host_batch, count - k);
-                    trickle::detail::host_positions(sel, k, mm, pos);
+                    cursor.fill(k, mm, pos);
                     for (std::size_t j = 0; j < mm; ++j) sink += pos[j];
                 }
             }

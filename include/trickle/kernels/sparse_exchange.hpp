@@ -118,6 +118,12 @@ TRICKLE_HOST_DEVICE bool uses_runs(const S& sel) {
         return false;
 }
 
+// Bulk selections that can carry a walk from one batch to the next (layerwise keeps the
+// tensor it reached, so consecutive batches need no new search).
+template <class S>
+concept walking_bulk_selection = requires(const S& s, std::size_t k, std::size_t m, std::uint64_t* out,
+                                          typename S::walk_state& w) { s.positions(k, m, out, w); };
+
 // Host only: out[j] = sel(k + j), in bulk when the selection can.
 template <class S>
 inline void host_positions(const S& sel, std::size_t k, std::size_t m, std::uint64_t* out) {
@@ -126,6 +132,36 @@ inline void host_positions(const S& sel, std::size_t k, std::size_t m, std::uint
     else
         for (std::size_t j = 0; j < m; ++j) out[j] = sel(k + j);
 }
+
+// Host only: host_positions over batches, carrying the selection's walk between them when
+// it has one (batches are best asked for in increasing, adjacent order).
+template <class S>
+struct walk_state_of {
+    struct type {};
+};
+template <walking_bulk_selection S>
+struct walk_state_of<S> {
+    using type = typename S::walk_state;
+};
+
+template <class S>
+class host_position_cursor {
+    using walk = typename walk_state_of<S>::type;
+
+public:
+    explicit host_position_cursor(const S& sel) : sel_(sel) {}
+
+    void fill(std::size_t k, std::size_t m, std::uint64_t* out) {
+        if constexpr (walking_bulk_selection<S>)
+            sel_.positions(k, m, out, walk_);
+        else
+            host_positions(sel_, k, m, out);
+    }
+
+private:
+    const S& sel_;
+    [[no_unique_address]] walk walk_{};
+};
 
 // Into L2 rather than L1 (locality 2: prefetcht1), and with read intent even for lines
 // that will be written: both measured faster for scattered lines, because L1 prefetches
@@ -196,6 +232,7 @@ inline void host_random_pass(const flat_view<T>& params, const Sel& sel, std::si
     constexpr std::size_t C = host_batch, D = prefetch_distance, R = 64;
     static_assert(R >= C + D && R % C == 0, "the rings hold the positions computed ahead and the addresses in flight");
     const segment_index<T> index(params, k1 - k);
+    host_position_cursor<Sel> positions(sel);
     std::uint64_t pos[R];
     T* addr[R];
     const std::size_t base = k;
@@ -204,7 +241,7 @@ inline void host_random_pass(const flat_view<T>& params, const Sel& sel, std::si
         const std::size_t r = (f - base) % R;
         if (f == made) {
             const std::size_t m = k1 - made < C ? k1 - made : C;
-            host_positions(sel, made, m, pos + r); // r is a multiple of C: no wrap inside a chunk
+            positions.fill(made, m, pos + r); // r is a multiple of C: no wrap inside a chunk
             made += m;
         }
         T* a = pos[r] < params.total ? index.address(pos[r]) : pad;

@@ -95,17 +95,31 @@ struct layerwise {
             return selection_run{j - layout.total, left};
         }
 
+        // Where a walk over consecutive batches stands: the tensor holding value resume_at - 1.
+        struct walk_state {
+            std::uint32_t tensor = 0;
+            std::size_t resume_at = ~std::size_t{0};
+        };
+
         // The same positions in bulk: consecutive k fall in the same or the next tensors,
         // so the tensor search runs once and then walks forward, and the Philox draws use
         // SIMD lanes. (Host only: it reads layout.offsets, which must be host memory.)
         void positions(std::size_t k0, std::size_t m, std::uint64_t* out) const {
+            walk_state w;
+            positions(k0, m, out, w);
+        }
+
+        // As above, continuing the walk of the previous batch when this one starts where it
+        // ended (k0 == w.resume_at), so a pass over consecutive batches searches once.
+        void positions(std::size_t k0, std::size_t m, std::uint64_t* out, walk_state& w) const {
             if (m == 0) return;
             if (how == static_cast<int>(mode::rotating)) {
                 for (std::size_t j = 0; j < m; ++j) out[j] = (*this)(k0 + j);
                 return;
             }
             detail::random_u64_run(seed, stream, k0, m, out);
-            std::uint32_t lo = tensor_holding(k0);
+            // The tensor holding k0 - 1 is at or before the one holding k0: walk on from it.
+            std::uint32_t lo = k0 == w.resume_at ? w.tensor : tensor_holding(k0);
             // The current tensor's range lives in locals: out may alias the offsets as far as
             // the compiler knows, which would otherwise reload them for every value.
             std::size_t next = lo + 1 < layout.count ? cumulative(lo + 1) : ~std::size_t{0};
@@ -125,6 +139,8 @@ struct layerwise {
                 }
                 out[j] = begin + static_cast<std::size_t>(bounded(out[j], extent));
             }
+            w.tensor = lo;
+            w.resume_at = k0 + m;
         }
     };
 
