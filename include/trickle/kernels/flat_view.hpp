@@ -40,6 +40,19 @@ struct layout_view {
     }
 };
 
+// Visits flat indices [i0, i1) tensor by tensor, starting in segment s, which holds i0 (the
+// segments after it must cover the rest): f(p, i, m) for each maximal piece of m >= 1
+// consecutive indices starting at i that lie in one segment, with p pointing at index i.
+template <class T, class F>
+TRICKLE_HOST_DEVICE void for_each_piece_from(const segment<T>* s, std::size_t i0, std::size_t i1, F&& f) {
+    while (i0 < i1) {
+        const std::size_t end = s->offset + s->size < i1 ? s->offset + s->size : i1;
+        f(s->data + (i0 - s->offset), i0, end - i0);
+        i0 = end;
+        ++s;
+    }
+}
+
 // A parameter group as one array of `total` elements spread over `count` segments (the
 // group's non-empty tensors, in order). Trivially copyable; the segment table lives in
 // the kernels' memory space.
@@ -67,19 +80,11 @@ struct flat_view {
         return s.data[i - s.offset];
     }
 
-    // Visits flat indices [i0, i1) (i1 <= total) tensor by tensor: f(p, i, m) for each
-    // maximal piece of m >= 1 consecutive indices starting at i that lie in one segment,
-    // with p pointing at index i. One segment lookup in all, then contiguous loops.
+    // for_each_piece_from over [i0, i1) (i1 <= total): one segment lookup in all, then
+    // contiguous loops.
     template <class F>
     TRICKLE_HOST_DEVICE void for_each_piece(std::size_t i0, std::size_t i1, F&& f) const {
-        if (i0 >= i1) return;
-        const segment<T>* s = segments + segment_of(i0);
-        while (i0 < i1) {
-            const std::size_t end = s->offset + s->size < i1 ? s->offset + s->size : i1;
-            f(s->data + (i0 - s->offset), i0, end - i0);
-            i0 = end;
-            ++s;
-        }
+        if (i0 < i1) for_each_piece_from(segments + segment_of(i0), i0, i1, f);
     }
 };
 

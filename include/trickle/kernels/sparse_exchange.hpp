@@ -449,15 +449,9 @@ private:
             for (std::size_t j = 0; j < m; ++j) buf[k + j] = 0.0f;
             return;
         }
-        while (m > 0) {
-            const std::size_t left = s->offset + s->size - pos;
-            const std::size_t n = m < left ? m : left;
-            detail::load_run(buf + k, s->data + (pos - s->offset), n);
-            k += n;
-            pos += n;
-            m -= n;
-            ++s;
-        }
+        for_each_piece_from(s, pos, pos + m, [&](const T* p, std::size_t i, std::size_t n) {
+            detail::load_run(buf + k + (i - pos), p, n);
+        });
     }
 
     struct run_loader {
@@ -525,15 +519,9 @@ private:
     // s is nullptr (padding).
     TRICKLE_HOST_DEVICE void scatter_run(const segment<T>* s, std::size_t k, std::size_t pos, std::size_t m) const {
         if (s == nullptr) return;
-        while (m > 0) {
-            const std::size_t left = s->offset + s->size - pos;
-            const std::size_t n = m < left ? m : left;
-            detail::store_run(s->data + (pos - s->offset), buf + k, scale, n);
-            k += n;
-            pos += n;
-            m -= n;
-            ++s;
-        }
+        for_each_piece_from(s, pos, pos + m, [&](T* p, std::size_t i, std::size_t n) {
+            detail::store_run(p, buf + k + (i - pos), scale, n);
+        });
     }
 
     struct run_storer {
