@@ -223,6 +223,21 @@ E parse_enum(std::string_view opt, std::string_view v, const std::string_view (&
     bad_value(opt, v, "expected one of " + list);
 }
 
+// A schedule option and its end value go together: the end only with a linear or cosine
+// schedule, which needs it. Returns the end to use: `end`, or `constant_end` for constant.
+inline double schedule_end(schedule_kind kind, std::string_view schedule_opt, bool end_given, std::string_view end_opt,
+                           double end, double constant_end) {
+    if (kind == schedule_kind::constant) {
+        if (end_given)
+            throw usage_error(std::string(end_opt) + ": needs " + std::string(schedule_opt) + " linear or cosine");
+        return constant_end;
+    }
+    if (!end_given)
+        throw usage_error(std::string(schedule_opt) + " " + std::string(name_of(kind)) + ": needs " +
+                          std::string(end_opt));
+    return end;
+}
+
 } // namespace detail
 
 // Parses the arguments after the program name. Throws usage_error on any bad input.
@@ -418,14 +433,8 @@ inline sim_config parse_cli(std::span<const std::string> args) {
                           strategy_list());
     if (block_size_given && c.sampler != sampler_kind::block)
         throw usage_error("--block-size: applies to --sampler block only");
-    if (c.fraction_schedule == schedule_kind::constant) {
-        if (fraction_end_given)
-            throw usage_error("--fraction-end: needs --fraction-schedule linear or cosine");
-        c.fraction_end = c.fraction;
-    } else if (!fraction_end_given) {
-        throw usage_error("--fraction-schedule " + std::string(name_of(c.fraction_schedule)) +
-                          ": needs --fraction-end");
-    }
+    c.fraction_end = detail::schedule_end(c.fraction_schedule, "--fraction-schedule", fraction_end_given,
+                                          "--fraction-end", c.fraction_end, c.fraction);
     if (c.outer == outer_kind::average && outer_lr_given)
         throw usage_error("--outer-lr: --outer average has no learning rate");
     if (outer_momentum_given && c.outer != outer_kind::nesterov && c.outer != outer_kind::momentum)
@@ -433,13 +442,8 @@ inline sim_config parse_cli(std::span<const std::string> args) {
     if (!outer_lr_given) c.outer_lr = default_outer_lr(c.outer);
     if (c.outer == outer_kind::average && outer_lr_schedule_given)
         throw usage_error("--outer-lr-schedule: --outer average has no learning rate");
-    if (c.outer_lr_schedule == schedule_kind::constant) {
-        if (outer_lr_end_given) throw usage_error("--outer-lr-end: needs --outer-lr-schedule linear or cosine");
-        c.outer_lr_end = 1.0;
-    } else if (!outer_lr_end_given) {
-        throw usage_error("--outer-lr-schedule " + std::string(name_of(c.outer_lr_schedule)) +
-                          ": needs --outer-lr-end");
-    }
+    c.outer_lr_end = detail::schedule_end(c.outer_lr_schedule, "--outer-lr-schedule", outer_lr_end_given,
+                                          "--outer-lr-end", c.outer_lr_end, 1.0);
     return c;
 }
 
