@@ -182,9 +182,9 @@ __attribute__((noinline)) void plain_scatter(T* base, std::size_t n, const std::
 }
 
 // Baseline (a), the mask approach of Python simulators: a Bernoulli(p) byte per position,
-// then compaction into an index list. The random numbers come from the same SIMD Philox
-// the uniform sampler uses, two 32-bit draws per 64-bit value, so the baseline is as fast
-// as this library can make it.
+// then compaction into an index list. The random numbers come from the library's SIMD
+// Philox (random_u64_run, as the layerwise sampler uses), two 32-bit draws per 64-bit
+// value, so the baseline is as fast as this library can make it.
 __attribute__((noinline)) void bernoulli_mask(std::uint8_t* mask, std::size_t n, double p, std::uint64_t stream) {
     constexpr std::size_t chunk = 256;
     std::uint64_t r[chunk / 2];

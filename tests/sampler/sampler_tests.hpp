@@ -35,4 +35,20 @@ std::vector<std::size_t> positions(const Selection& sel) {
     return out;
 }
 
+// The same positions through the selection's bulk path, sel.positions(k0, m, out), in
+// chunks of `chunk` values (chunk >= 1), so chunks start at unaligned k0 and end in a tail.
+template <class Selection>
+std::vector<std::size_t> bulk_positions(const Selection& sel, std::size_t chunk) {
+    const std::size_t count = sel.count();
+    std::vector<std::uint64_t> buf(chunk);
+    std::vector<std::size_t> out;
+    out.reserve(count);
+    for (std::size_t k0 = 0; k0 < count; k0 += chunk) {
+        const std::size_t m = count - k0 < chunk ? count - k0 : chunk;
+        sel.positions(k0, m, buf.data());
+        out.insert(out.end(), buf.begin(), buf.begin() + static_cast<std::ptrdiff_t>(m));
+    }
+    return out;
+}
+
 } // namespace trickle_test

@@ -5,10 +5,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <set>
 #include <sstream>
+#include <type_traits>
 
 using namespace trickle;
+using trickle_test::bulk_positions;
 using trickle_test::positions;
 using trickle_test::test_layout;
 
@@ -53,6 +56,57 @@ TEST_CASE("uniform: count, range, agreement between workers, spread") {
     for (std::uint64_t t = 0; t < 2000; ++t)
         for (auto p : positions(w0.select(lay.context(9, t, t, 0.005)))) ++hist[p / 1000];
     for (int h : hist) CHECK((h > 10000 - 450 && h < 10000 + 450)); // sd ~95: > 4.5 sd
+}
+
+TEST_CASE("uniform: without replacement: distinct, in range, from (seed, step) only, bulk path = per-k path") {
+    // Sizes just above a power of four make most Feistel images walk (the slow case of the
+    // bulk path's SIMD lanes); 1 and 2 are the degenerate ones.
+    const std::vector<std::vector<std::size_t>> layouts = {
+        {1}, {2}, {3, 1, 4, 1, 5}, {1000, 37, 5000, 3963}, {4096, 1}, {65536, 3, 1}};
+    for (const auto& sizes : layouts) {
+        const test_layout lay(sizes);
+        const std::size_t n = lay.offsets.back();
+        for (double p : {1e-9, 0.005, 0.1, 0.37, 1.0}) {
+            CAPTURE(n);
+            CAPTURE(p);
+            for (std::uint64_t t = 0; t < 4; ++t) {
+                const auto sel = sampler::uniform{}.select(lay.context(42, t, t, p));
+                const auto pos = positions(sel);
+                REQUIRE(pos.size() == detail::fraction_count(p, n));
+                // Every position in range and none twice.
+                std::vector<char> hit(n, 0);
+                for (auto q : pos) {
+                    REQUIRE(q < n);
+                    REQUIRE(hit[q] == 0);
+                    hit[q] = 1;
+                }
+                // Only (seed, step) decide: another sampler object, another exchange index.
+                CHECK(positions(sampler::uniform{}.select(lay.context(42, t, t + 1000, p))) == pos);
+                // The bulk path (SIMD Feistel lanes where the CPU has them) gives the same
+                // positions, in the same order, for chunks that split the 8-lane groups.
+                for (std::size_t chunk : {std::size_t{1}, std::size_t{7}, std::size_t{8}, std::size_t{33}, pos.size()})
+                    REQUIRE(bulk_positions(sel, chunk) == pos);
+            }
+        }
+    }
+    // Different steps and seeds give different selections; at p = 1 each is all of [0, n).
+    const test_layout lay({1000, 37, 5000, 3963});
+    const auto a = positions(sampler::uniform{}.select(lay.context(42, 7, 7, 0.005)));
+    const auto b = positions(sampler::uniform{}.select(lay.context(42, 8, 8, 0.005)));
+    const auto c = positions(sampler::uniform{}.select(lay.context(43, 7, 7, 0.005)));
+    CHECK(a != b);
+    CHECK(a != c);
+    std::set<std::size_t> sa(a.begin(), a.end()), sb(b.begin(), b.end());
+    std::vector<std::size_t> common;
+    std::set_intersection(sa.begin(), sa.end(), sb.begin(), sb.end(), std::back_inserter(common));
+    CHECK(common.size() < 5); // two independent 50-subsets of 10000 share 0.25 on average
+    const auto all0 = positions(sampler::uniform{}.select(lay.context(42, 0, 0, 1.0)));
+    const auto all1 = positions(sampler::uniform{}.select(lay.context(42, 1, 1, 1.0)));
+    CHECK(all0 != all1); // a new order every step...
+    CHECK(std::set<std::size_t>(all0.begin(), all0.end()).size() == 10000); // ...of every position
+    // Not the permutation sampler's stream: the same seed gives another order.
+    sampler::permutation perm;
+    CHECK(positions(perm.select(lay.context(42, 0, 0, 1.0))) != all0);
 }
 
 TEST_CASE("permutation: every position exactly once per cycle, a new order each cycle") {
@@ -181,5 +235,7 @@ TEST_CASE("samplers satisfy the concept") {
     static_assert(sampler_policy<sampler::block>);
     static_assert(sampler_policy<sampler::layerwise>);
     static_assert(selection<sampler::uniform::selection_type>);
+    // One implementation of "the k-th image of a Feistel permutation" serves both.
+    static_assert(std::is_same_v<sampler::uniform::selection_type, sampler::permutation::selection_type>);
     CHECK(std::string(sampler::block::name) == "block");
 }

@@ -148,4 +148,21 @@ inline void feistel_permutation::images(std::uint64_t x0, std::size_t m, std::ui
     for (std::size_t t = j; t < m; ++t) out[t] = (*this)(x0 + t);
 }
 
+// A selection (sampler/sampler.hpp) made of `size` consecutive images of a Feistel
+// permutation, from image `start` on: value k sits at perm(start + k). All positions are
+// distinct, as perm is a bijection. The selection of both sampler::permutation (start = the
+// cursor in its cycle) and sampler::uniform (start = 0, a fresh permutation every step).
+struct feistel_range {
+    feistel_permutation perm;
+    std::size_t start;
+    std::size_t size;
+
+    TRICKLE_HOST_DEVICE std::size_t count() const { return size; }
+    TRICKLE_HOST_DEVICE std::size_t operator()(std::size_t k) const {
+        return static_cast<std::size_t>(perm(start + k));
+    }
+    // The same positions in bulk (SIMD Feistel rounds where the CPU allows).
+    void positions(std::size_t k0, std::size_t m, std::uint64_t* out) const { perm.images(start + k0, m, out); }
+};
+
 TRICKLE_NAMESPACE_END

@@ -27,18 +27,7 @@ struct permutation {
     std::uint64_t cycle = 0;  // how many full permutations have been walked
     std::uint64_t cursor = 0; // position reached in the current one
 
-    struct selection_type {
-        feistel_permutation perm;
-        std::size_t start;
-        std::size_t size;
-
-        TRICKLE_HOST_DEVICE std::size_t count() const { return size; }
-        TRICKLE_HOST_DEVICE std::size_t operator()(std::size_t k) const {
-            return static_cast<std::size_t>(perm(start + k));
-        }
-        // The same positions in bulk (SIMD Feistel rounds where the CPU allows).
-        void positions(std::size_t k0, std::size_t m, std::uint64_t* out) const { perm.images(start + k0, m, out); }
-    };
+    using selection_type = feistel_range;
 
     selection_type select(const sampler_context& ctx) {
         const std::size_t n = ctx.layout.total;
