@@ -56,3 +56,44 @@ trickle_jobs() {
     n=$(nproc 2>/dev/null || echo 2)
     echo "$n"
 }
+
+# cuobjdump and nvdisasm, which the static SASS check (scripts/check_sass.py, ctest
+# check_sass) needs, when nvcc is present but they are not: a CUDA toolkit may ship
+# without them, so they come from PyPI (nvidia-cuda-cuobjdump, nvidia-cuda-nvdisasm) into
+# build/tools/pypi, where check_sass.py looks (pip --target: no virtual environment, and no
+# clash with Debian's externally managed Python). Never fails: when they cannot be
+# installed it says what is missing and the check reports itself skipped.
+trickle_install_cuda_tools() {
+    local root dir nvcc_dir tool found
+    root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+    dir="$root/build/tools/pypi"
+    nvcc_dir=$(dirname "$(trickle_find_nvcc)" 2>/dev/null || true)
+    found=1
+    for tool in cuobjdump nvdisasm; do
+        if ! command -v "$tool" >/dev/null 2>&1 && [ ! -x "$nvcc_dir/$tool" ] &&
+            ! compgen -G "$dir/nvidia/*/bin/$tool" >/dev/null; then
+            found=0
+        fi
+    done
+    [ "$found" = 1 ] && return 0
+    local py
+    py=$(command -v python3 || true)
+    if [ -n "$py" ] && ! "$py" -m pip --version >/dev/null 2>&1 && [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
+        echo "trickle: installing python3-pip (for cuobjdump and nvdisasm from PyPI)" >&2
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-pip >/dev/null 2>&1 ||
+            { apt-get update -qq >/dev/null 2>&1 &&
+                DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-pip >/dev/null 2>&1; } ||
+            true
+    fi
+    if [ -z "$py" ] || ! "$py" -m pip --version >/dev/null 2>&1; then
+        echo "trickle: cuobjdump/nvdisasm missing and no python3 with pip to fetch them; check_sass will be skipped" >&2
+        echo "trickle: (apt-get install python3-pip, then: python3 -m pip install --target $dir nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm)" >&2
+        return 0
+    fi
+    echo "trickle: installing cuobjdump and nvdisasm from PyPI into $dir" >&2
+    if ! "$py" -m pip install --quiet --disable-pip-version-check --no-warn-script-location --root-user-action=ignore --upgrade \
+        --target "$dir" 'nvidia-cuda-cuobjdump>=13.2,<14' 'nvidia-cuda-nvdisasm>=13.2,<14' >&2; then
+        echo "trickle: pip could not install nvidia-cuda-cuobjdump / nvidia-cuda-nvdisasm; check_sass will be skipped" >&2
+    fi
+    return 0
+}

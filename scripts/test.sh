@@ -26,6 +26,7 @@ ctest --preset host-tsan -j "$jobs" --timeout 900
 nvcc=$(trickle_find_nvcc || true)
 if [ -n "$nvcc" ] && [ -z "${TRICKLE_NO_CUDA:-}" ]; then
     echo "== cuda: configure, build (sm_80, sm_90), test ($nvcc)"
+    trickle_install_cuda_tools # cuobjdump + nvdisasm for the static SASS check (check_sass)
     cmake --preset cuda -DCMAKE_CUDA_COMPILER="$nvcc" -DTRICKLE_BUILD_BENCHMARKS=ON >/dev/null
     cmake --build --preset cuda -j "$jobs" --target trickle_cuda_checks
     ctest --preset cuda -j "$jobs" --timeout 900 -L cuda

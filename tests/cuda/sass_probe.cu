@@ -1,0 +1,76 @@
+// tests/cuda/sass_probe.cu: instantiates the device agents whose machine code scripts/check_sass.py reads.
+//
+// Compiled (never run) into an object for every CMAKE_CUDA_ARCHITECTURES with ptxas -v:
+// the block sampler's tile gather and scatter (fp32 and bf16) and the DiLoCo passes
+// (delta, update with outer::nesterov's rule, snapshot copy and restore; fp32 and bf16),
+// each reached through the dispatch function the engines call, so the kernels are the
+// very instantiations sparta_engine::exchange_cuda and diloco_engine::outer_step_cuda
+// launch. The check then requires 128-bit global loads and stores and no local memory
+// in them (tests/cuda/CMakeLists.txt).
+#include <trickle/core/dtype.hpp>
+#include <trickle/exec/cuda.hpp>
+#include <trickle/kernels/device_exchange.hpp>
+#include <trickle/kernels/device_stream.hpp>
+#include <trickle/kernels/diloco.hpp>
+#include <trickle/kernels/flat_view.hpp>
+#include <trickle/outer/momentum.hpp>
+#include <trickle/sampler/block.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+namespace trickle_sass_probe {
+
+using trickle::bfloat16;
+namespace td = trickle::detail;
+
+// The gather and scatter of one exchange of the block sampler (plan, gather, scatter:
+// exchange_cuda's calls, without the communication between them).
+template <class T>
+void block_exchange(const trickle::exec::cuda& ex, const trickle::flat_view<T>& params,
+                    const trickle::sampler::block::selection_type& sel,
+                    const td::device_exchange_state<trickle::sampler::block::selection_type>& st, float* buf) {
+    td::device_plan(ex, params, sel, td::rekey_selection<trickle::sampler::block>{0}, st);
+    td::device_move<true>(ex, params, sel, st, buf, 1.0f);
+    td::device_move<false>(ex, params, sel, st, buf, 0.5f);
+}
+
+// The four passes of DiLoCo over a group, as diloco_engine launches them.
+template <class T>
+void diloco_passes(const trickle::exec::cuda& ex, const trickle::flat_view<T>& params, const std::uint32_t* tile_seg,
+                   std::size_t n, float* snapshot, float* state, float* buf) {
+    td::device_stream(ex, params, tile_seg, 0, n, td::snapshot_piece<T>{snapshot});
+    td::device_stream(ex, params, tile_seg, 0, n, td::restore_piece<T>{snapshot});
+    const trickle::outer_delta_body<T> delta{params, snapshot, trickle::dense_wire<float>{buf}, 1.0f, buf + n, 0};
+    td::device_stream(ex, params, tile_seg, 0, n, td::delta_piece<T>{delta});
+    const auto rule = trickle::outer::nesterov{}.prepare(1);
+    using rule_type = std::remove_cvref_t<decltype(rule)>;
+    const trickle::outer_update_body<T, rule_type> update{params, snapshot, state, trickle::dense_wire<float>{buf},
+                                                          rule, 1.0f, buf + n, 0};
+    td::device_stream(ex, params, tile_seg, 0, n, td::update_piece<T, rule_type>{update});
+}
+
+// Never called: taking the addresses keeps every instantiation in the object.
+using exchange_fn_f32 = decltype(&block_exchange<float>);
+using exchange_fn_bf16 = decltype(&block_exchange<bfloat16>);
+using passes_fn_f32 = decltype(&diloco_passes<float>);
+using passes_fn_bf16 = decltype(&diloco_passes<bfloat16>);
+
+struct probes {
+    exchange_fn_f32 exchange_f32;
+    exchange_fn_bf16 exchange_bf16;
+    passes_fn_f32 passes_f32;
+    passes_fn_bf16 passes_bf16;
+};
+
+} // namespace trickle_sass_probe
+
+// An external symbol, so nothing above can be discarded as unused.
+extern const trickle_sass_probe::probes trickle_sass_probes;
+const trickle_sass_probe::probes trickle_sass_probes{
+    &trickle_sass_probe::block_exchange<float>,
+    &trickle_sass_probe::block_exchange<trickle::bfloat16>,
+    &trickle_sass_probe::diloco_passes<float>,
+    &trickle_sass_probe::diloco_passes<trickle::bfloat16>,
+};
