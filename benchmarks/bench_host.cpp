@@ -277,23 +277,23 @@ void bm_exchange(benchmark::State& state, const tb::exchange_case c, Sampler sam
         const tb::traffic& pass = d.pass[t];
         switch (c.op) {
         case exchange_op::gather: {
-            const auto g = trickle::make_gather<host_space>(view, sel, buf);
+            const auto g = trickle::make_gather(view, sel, buf);
             trickle::for_each_index(ex, g.calls(), g);
             total.moved += pass.moved;
             total.useful += pass.useful;
             break;
         }
         case exchange_op::scatter: {
-            const auto s = trickle::make_scatter<host_space>(view, sel, buf, 1.0f);
+            const auto s = trickle::make_scatter(view, sel, buf, 1.0f);
             trickle::for_each_index(ex, s.calls(), s);
             total.moved += pass.moved;
             total.useful += pass.useful;
             break;
         }
         case exchange_op::fused: {
-            const auto g = trickle::make_gather<host_space>(view, sel, buf);
+            const auto g = trickle::make_gather(view, sel, buf);
             trickle::for_each_index(ex, g.calls(), g);
-            const auto s = trickle::make_scatter<host_space>(view, sel, buf, 1.0f);
+            const auto s = trickle::make_scatter(view, sel, buf, 1.0f);
             trickle::for_each_index(ex, s.calls(), s);
             total.moved += 2 * pass.moved;
             total.useful += 2 * pass.useful;
@@ -329,9 +329,9 @@ void bm_exchange(benchmark::State& state, const tb::exchange_case c, Sampler sam
         case exchange_op::index_kernel: {
             const std::vector<std::uint64_t>& idx = d.idx[t];
             const index_selection isel{idx.data(), idx.size()};
-            const auto g = trickle::make_gather<host_space>(view, isel, buf);
+            const auto g = trickle::make_gather(view, isel, buf);
             trickle::for_each_index(ex, g.calls(), g);
-            const auto s = trickle::make_scatter<host_space>(view, isel, buf, 1.0f);
+            const auto s = trickle::make_scatter(view, isel, buf, 1.0f);
             trickle::for_each_index(ex, s.calls(), s);
             total.moved += 2 * (pass.moved + static_cast<double>(idx.size()) * 8);
             total.useful += 2 * pass.useful;

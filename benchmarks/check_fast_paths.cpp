@@ -98,7 +98,7 @@ void compare(const std::vector<std::size_t>& sizes, const Sel& sel, const std::s
         group<T> g(sizes);
         std::vector<float> ref(count + 1, -1.0f), fast(count + 1, -1.0f);
         for_each_index(exec::host{}, count, gather_body<T, Sel>{g.view(), sel, ref.data()});
-        const gather_range_body<T, Sel> gb{g.view(), sel, fast.data(), count, range};
+        const range_body<gather_range_body<T, Sel>> gb{{g.view(), sel, fast.data()}, count, range};
         for_each_index(exec::host{}, gb.calls(), gb);
         expect(same_floats(ref, fast, ref.size()), "gather " + tag);
         // scatter, with distinct values so an out-of-order duplicate would show
@@ -106,7 +106,7 @@ void compare(const std::vector<std::size_t>& sizes, const Sel& sel, const std::s
         for (std::size_t k = 0; k < count; ++k) vals[k] = static_cast<float>(k % 1013) * 0.37f - 11.0f;
         group<T> a(sizes), b(sizes);
         for_each_index(exec::host{}, count, scatter_body<T, Sel>{a.view(), sel, vals.data(), 0.3f});
-        const scatter_range_body<T, Sel> sb{b.view(), sel, vals.data(), 0.3f, count, range};
+        const range_body<scatter_range_body<T, Sel>> sb{{b.view(), sel, vals.data(), 0.3f}, count, range};
         for_each_index(exec::host{}, sb.calls(), sb);
         expect(a.bytes() == b.bytes(), "scatter " + tag);
     }
@@ -114,7 +114,7 @@ void compare(const std::vector<std::size_t>& sizes, const Sel& sel, const std::s
     group<T> g(sizes);
     std::vector<float> ref(count), fast(count);
     for_each_index(exec::host{}, count, gather_body<T, Sel>{g.view(), sel, ref.data()});
-    const auto mg = make_gather<host_space>(g.view(), sel, fast.data());
+    const auto mg = make_gather(g.view(), sel, fast.data());
     for_each_index(exec::host{}, mg.calls(), mg);
     expect(same_floats(ref, fast, count), "make_gather " + what);
 }

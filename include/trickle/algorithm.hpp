@@ -4,5 +4,6 @@
 #include <trickle/algorithm/agreement.hpp>
 #include <trickle/algorithm/checkpoint.hpp>
 #include <trickle/algorithm/diloco.hpp>
+#include <trickle/algorithm/instantiate.hpp>
 #include <trickle/algorithm/sparta.hpp>
 #include <trickle/algorithm/stats.hpp>

@@ -1,7 +1,8 @@
-// trickle/core.hpp: the core layer (element types, views, parameter groups, Philox).
+// trickle/core.hpp: the core layer (element types, views, parameter groups, Philox, configuration records).
 #pragma once
 
 #include <trickle/config.hpp>
+#include <trickle/core/config_record.hpp>
 #include <trickle/core/dtype.hpp>
 #include <trickle/core/memory_space.hpp>
 #include <trickle/core/param_group.hpp>

@@ -6,5 +6,4 @@
 #include <trickle/outer/lr_schedule.hpp>
 #include <trickle/outer/momentum.hpp>
 #include <trickle/outer/outer_optimizer.hpp>
-#include <trickle/outer/rule.hpp>
 #include <trickle/outer/sgd.hpp>

@@ -108,6 +108,7 @@ TEST_CASE("cuda pruning (CUB segmented sort) zeroes exactly the entries the host
     std::vector<std::uint64_t> keys;
     detail::prune_host(h.data(), host_lay, 0.4, keys);
     detail::prune_scratch scratch;
+    detail::prune_reserve(exec::cuda{}, dev_lay, scratch);
     detail::prune_device(exec::cuda{}, d.data(), dev_lay, 0.4, scratch);
     const auto back = to_host(d.data(), n);
     CHECK(std::memcmp(back.data(), h.data(), n * sizeof(float)) == 0);

@@ -12,8 +12,9 @@
 
 #include <trickle/algorithm/agreement.hpp>
 #include <trickle/algorithm/checkpoint.hpp>
+#include <trickle/algorithm/detail/device.hpp>
 #include <trickle/algorithm/detail/erased.hpp>
-#include <trickle/algorithm/detail/prune.hpp>
+#include <trickle/kernels/prune.hpp>
 #include <trickle/algorithm/flat_params.hpp>
 #include <trickle/algorithm/sparta.hpp>
 #include <trickle/algorithm/stats.hpp>
@@ -25,7 +26,9 @@
 #include <trickle/exec/buffer.hpp>
 #include <trickle/exec/execution_space.hpp>
 #include <trickle/exec/workspace.hpp>
+#include <trickle/kernels/device_stream.hpp>
 #include <trickle/kernels/diloco.hpp>
+#include <trickle/kernels/plan.hpp>
 #include <trickle/outer/momentum.hpp>
 #include <trickle/outer/outer_optimizer.hpp>
 #include <trickle/sampler/sampler.hpp>
@@ -58,32 +61,11 @@ struct diloco_options {
 
 namespace detail {
 
-// Writes params[i] = T(snapshot[i]).
-template <class T>
-struct params_from_snapshot_body {
-    flat_view<T> params;
-    const float* snapshot;
-    TRICKLE_HOST_DEVICE void operator()(std::size_t i) const { params[i] = from_float<T>(snapshot[i]); }
-};
-
 // Launches body.run() over [0, n) in chunks sized for the execution space.
 template <class Exec, class Body>
 void run_ranges(const Exec& ex, std::size_t n, const Body& body) {
     const auto r = ranges<typename Exec::memory_space>(body, n);
     for_each_index(ex, r.calls(), r);
-}
-
-// The execution space used for one-off work at construction.
-template <class Space, class Comm>
-auto construction_exec(Comm& comm) {
-    if constexpr (std::is_same_v<Space, host_space>) {
-        (void)comm;
-        return exec::host{};
-    } else {
-        exec::cuda ex{};
-        if constexpr (requires { comm.stream(); }) ex.stream = comm.stream();
-        return ex;
-    }
 }
 
 // Whether `rank`'s contribution to outer step `outer_index` is dropped: a pure function
@@ -106,6 +88,7 @@ class diloco_engine {
     static_assert(communicator<Comm>, "Comm must satisfy trickle::communicator");
     static_assert(std::is_same_v<typename Comm::memory_space, Space>,
                   "the communicator moves memory in a different space than the parameters live in");
+    static constexpr bool on_device = std::is_same_v<Space, cuda_space>;
 
 public:
     using memory_space = Space;
@@ -126,15 +109,25 @@ public:
         rec.add("broadcast_initial", options_.broadcast_initial);
         agree(comm_, rec);
         check_weights();
-        flat_ = flat_params<T, Space>(group);
         n_ = group.total_size();
+        if constexpr (on_device) {
+            ex_ = detail::algorithm_exec(comm_, group, kind);
+            flat_ = flat_params<T, Space>(group, ex_);
+            ws_.bind(ex_);
+        } else {
+            flat_ = flat_params<T, Space>(group);
+        }
         allocate();
         dense_per_step_ = detail::all_reduce_bytes(n_, sizeof(float), comm_.size(), comm_.rank());
-        const auto ex = detail::construction_exec<Space>(comm_);
-        detail::run_ranges(ex, n_, snapshot_copy_body<T>{flat_.view(), snapshot_, 0});
-        if (options_.broadcast_initial && comm_.size() > 1) {
-            comm_.broadcast(snapshot_, n_, 0);
-            for_each_index(ex, n_, detail::params_from_snapshot_body<T>{flat_.view(), snapshot_});
+        if constexpr (on_device) {
+            start_cuda();
+        } else {
+            const exec::host ex{};
+            detail::run_ranges(ex, n_, snapshot_copy_body<T>{flat_.view(), snapshot_, 0});
+            if (options_.broadcast_initial && comm_.size() > 1) {
+                comm_.broadcast(snapshot_, n_, 0);
+                detail::run_ranges(ex, n_, params_from_snapshot_body<T>{flat_.view(), snapshot_, 0});
+            }
         }
         comm_.synchronize();
     }
@@ -148,7 +141,14 @@ public:
         static_assert(can_access_v<Exec, Space>, "diloco::step: this execution space cannot reach the parameters");
         detail::check_same_stream(comm_, ex, kind);
         const std::uint64_t t = stats_.steps;
-        if ((t + 1) % options_.interval == 0) outer_step(ex);
+        if ((t + 1) % options_.interval == 0) {
+            if constexpr (std::is_same_v<Exec, exec::cuda>) {
+                detail::check_step_exec(ex, ex_, kind);
+                outer_step_cuda(ex);
+            } else {
+                outer_step(ex);
+            }
+        }
         stats_.steps = t + 1;
         stats_.dense_bytes += dense_per_step_;
     }
@@ -170,7 +170,7 @@ public:
     std::vector<float> snapshot() const {
         comm_.synchronize();
         std::vector<float> out(n_);
-        copy_elements<host_space, Space>(out.data(), snapshot_, n_);
+        copy_to_host(out.data(), snapshot_, n_);
         return out;
     }
 
@@ -185,7 +185,7 @@ public:
         const std::vector<float> snap = snapshot();
         w.section("snapshot", snap.data(), snap.size() * sizeof(float));
         std::vector<float> st(state_floats_);
-        copy_elements<host_space, Space>(st.data(), state_, state_floats_);
+        copy_to_host(st.data(), state_, state_floats_);
         w.section("outer_state", st.data(), st.size() * sizeof(float));
         w.finish();
     }
@@ -217,8 +217,8 @@ public:
         if (!err.empty()) rec.set_error(err);
         agree(comm_, rec);
         comm_.synchronize();
-        copy_elements<Space, host_space>(snapshot_, snap.data(), n_);
-        copy_elements<Space, host_space>(state_, state.data(), state_floats_);
+        copy_from_host(snapshot_, snap.data(), n_);
+        copy_from_host(state_, state.data(), state_floats_);
         stats_ = st;
         outer_t_ = outer_t;
         skipped_ = skipped;
@@ -250,6 +250,20 @@ private:
         return rec;
     }
 
+    // Checkpoint copies: on the algorithm's stream for cuda_space (never the legacy stream).
+    void copy_to_host(float* dst, const float* src, std::size_t n) const {
+        if constexpr (on_device)
+            copy_elements<host_space, Space>(dst, src, n, ex_);
+        else
+            copy_elements<host_space, Space>(dst, src, n);
+    }
+    void copy_from_host(float* dst, const float* src, std::size_t n) const {
+        if constexpr (on_device)
+            copy_elements<Space, host_space>(dst, src, n, ex_);
+        else
+            copy_elements<Space, host_space>(dst, src, n);
+    }
+
     // Collective: the weights (which differ between workers) must not sum to zero.
     void check_weights() {
         const int N = comm_.size();
@@ -260,9 +274,17 @@ private:
         if (!(sum > 0.0)) throw invalid_argument("diloco: the workers' weights sum to zero");
     }
 
+    // Every buffer a step uses, sized once: snapshot, optimizer state, the send buffer (n + 1
+    // values: the weight travels last), the topology's scratch, and on the device the
+    // tile -> segment table of the passes and the pruning scratch (start_cuda).
     void allocate() {
         state_floats_ = outer_state_floats<Outer>(n_);
-        if constexpr (std::is_same_v<Space, cuda_space>) {
+        ws_.reserve(0, n_ + 1);
+        detail::reserve_topology_scratch<Topology>(ws_, n_ + 1);
+        if constexpr (on_device) {
+            const std::vector<std::uint32_t> tiles = detail::tile_segments(flat_.host_view());
+            tile_seg_ = buffer<std::uint32_t, cuda_space>(tiles.size(), ex_);
+            copy_elements<cuda_space, host_space>(tile_seg_.data(), tiles.data(), tiles.size(), ex_);
             if (options_.state_in_pinned_host) {
                 snap_pinned_ = buffer<float, host_space>(n_, host_alloc::pinned);
                 state_pinned_ = buffer<float, host_space>(state_floats_, host_alloc::pinned);
@@ -270,33 +292,52 @@ private:
                 state_ = state_pinned_.data();
                 return;
             }
+            snap_ = buffer<float, Space>(n_, ex_);
+            state_buf_ = buffer<float, Space>(state_floats_, ex_);
+        } else {
+            snap_ = buffer<float, Space>(n_);
+            state_buf_ = buffer<float, Space>(state_floats_);
         }
-        snap_ = buffer<float, Space>(n_);
-        state_buf_ = buffer<float, Space>(state_floats_);
         snapshot_ = snap_.data();
         state_ = state_buf_.data();
     }
 
-    template <class Exec>
-    void outer_step(const Exec& ex) {
+    // The CUDA parts (defined below for nvcc; g++ translation units reach them through an
+    // explicit instantiation, algorithm/instantiate.hpp): the first snapshot, and an outer step.
+    void start_cuda();
+    void outer_step_cuda(const exec::cuda& ex);
+
+    // The participants of the coming outer step, or -1 when every contribution is dropped
+    // (the round then simply continues); this worker's weight in it.
+    bool begin_outer_step(float& w) {
         const std::uint64_t attempt = attempts_++;
         const int N = comm_.size();
         int participants = 0;
         for (int r = 0; r < N; ++r) participants += !dropped(r, attempt);
-        if (participants == 0) { // nobody communicates: the round simply continues
+        if (participants == 0) {
             ++skipped_;
-            return;
+            return false;
         }
-        const float w = dropped(comm_.rank(), attempt) ? 0.0f : options_.weight;
+        w = dropped(comm_.rank(), attempt) ? 0.0f : options_.weight;
+        return true;
+    }
+
+    void count_outer_step(const traffic_counters& before) {
+        stats_.last = comm_.traffic() - before;
+        stats_.total += stats_.last;
+        stats_.last_values = n_ + 1;
+        stats_.values += n_ + 1;
+        ++stats_.exchanges;
+    }
+
+    template <class Exec>
+    void outer_step(const Exec& ex) {
+        float w = 0.0f;
+        if (!begin_outer_step(w)) return;
         float* buf = ws_.get(0, n_ + 1);
         const traffic_counters before = comm_.traffic();
         detail::run_ranges(ex, n_, outer_delta_body<T>{flat_.view(), snapshot_, dense_wire<float>{buf}, w, buf + n_, 0});
-        if (options_.prune_fraction > 0.0) {
-            if constexpr (std::is_same_v<Space, host_space>)
-                detail::prune_host(buf, flat_.host_layout(), options_.prune_fraction, prune_keys_);
-            else
-                detail::prune_device(ex, buf, flat_.layout(), options_.prune_fraction, prune_scratch_);
-        }
+        if (options_.prune_fraction > 0.0) detail::prune_host(buf, flat_.host_layout(), options_.prune_fraction, prune_keys_);
         // The weight travels as the last element, so the sum of weights arrives with the
         // sum of weighted deltas and the average needs no second call.
         topology_.reduce(ex, comm_, buf, n_ + 1, ws_);
@@ -305,11 +346,7 @@ private:
         detail::run_ranges(ex, n_,
                            outer_update_body<T, rule_type>{flat_.view(), snapshot_, state_, dense_wire<float>{buf}, rule,
                                                             1.0f, buf + n_, 0});
-        stats_.last = comm_.traffic() - before;
-        stats_.total += stats_.last;
-        stats_.last_values = n_ + 1;
-        stats_.values += n_ + 1;
-        ++stats_.exchanges;
+        count_outer_step(before);
     }
 
     Comm& comm_;
@@ -332,7 +369,50 @@ private:
     std::uint64_t config_hash_ = 0;
     std::vector<std::uint64_t> prune_keys_;
     detail::prune_scratch prune_scratch_;
+    // cuda_space only: where the CUDA work runs, and the tile -> segment table of the passes.
+    exec::cuda ex_{};
+    buffer<std::uint32_t, cuda_space> tile_seg_;
 };
+
+#if TRICKLE_CUDA_COMPILER
+template <class Outer, class Topology, class T, class Space, class Comm>
+void diloco_engine<Outer, Topology, T, Space, Comm>::start_cuda() {
+    if constexpr (on_device) {
+        detail::device_scope on(ex_.device);
+        if (options_.prune_fraction > 0.0) detail::prune_reserve(ex_, flat_.layout(), prune_scratch_);
+        detail::device_stream(ex_, flat_.view(), tile_seg_.data(), 0, n_, detail::snapshot_piece<T>{snapshot_});
+        if (options_.broadcast_initial && comm_.size() > 1) {
+            comm_.broadcast(snapshot_, n_, 0);
+            detail::device_stream(ex_, flat_.view(), tile_seg_.data(), 0, n_, detail::restore_piece<T>{snapshot_});
+        }
+    }
+}
+
+template <class Outer, class Topology, class T, class Space, class Comm>
+void diloco_engine<Outer, Topology, T, Space, Comm>::outer_step_cuda(const exec::cuda& step_ex) {
+    if constexpr (on_device) {
+        const exec::cuda ex{step_ex.stream, ex_.device};
+        detail::device_scope on(ex.device);
+        float w = 0.0f;
+        if (!begin_outer_step(w)) return;
+        float* buf = ws_.get(0, n_ + 1);
+        const traffic_counters before = comm_.traffic();
+        const outer_delta_body<T> delta{flat_.view(), snapshot_, dense_wire<float>{buf}, w, buf + n_, 0};
+        detail::device_stream(ex, flat_.view(), tile_seg_.data(), 0, n_, detail::delta_piece<T>{delta});
+        if (options_.prune_fraction > 0.0)
+            detail::prune_device(ex, buf, flat_.layout(), options_.prune_fraction, prune_scratch_);
+        topology_.reduce(ex, comm_, buf, n_ + 1, ws_);
+        const auto rule = outer_.prepare(++outer_t_);
+        using rule_type = std::remove_cvref_t<decltype(rule)>;
+        const outer_update_body<T, rule_type> update{flat_.view(), snapshot_, state_, dense_wire<float>{buf}, rule,
+                                                     1.0f, buf + n_, 0};
+        detail::device_stream(ex, flat_.view(), tile_seg_.data(), 0, n_, detail::update_piece<T, rule_type>{update});
+        count_outer_step(before);
+    } else {
+        (void)step_ex;
+    }
+}
+#endif
 
 // SPARTA during the inner steps and a DiLoCo outer step every H: the sparse exchange
 // keeps the replicas correlated inside a round; at a step that ends a round, only the

@@ -8,6 +8,7 @@
 
 #include <trickle/algorithm/agreement.hpp>
 #include <trickle/algorithm/checkpoint.hpp>
+#include <trickle/algorithm/detail/device.hpp>
 #include <trickle/algorithm/detail/erased.hpp>
 #include <trickle/algorithm/flat_params.hpp>
 #include <trickle/algorithm/stats.hpp>
@@ -18,10 +19,13 @@
 #include <trickle/error.hpp>
 #include <trickle/exec/execution_space.hpp>
 #include <trickle/exec/workspace.hpp>
+#include <trickle/kernels/device_exchange.hpp>
+#include <trickle/kernels/plan.hpp>
 #include <trickle/kernels/sparse_exchange.hpp>
 #include <trickle/sampler/sampler.hpp>
 #include <trickle/sampler/uniform.hpp>
 #include <trickle/schedule/schedule.hpp>
+#include <trickle/exec/buffer.hpp>
 #include <trickle/topology/all_reduce.hpp>
 #include <trickle/topology/topology.hpp>
 
@@ -91,10 +95,19 @@ class sparta_engine {
                   "the communicator moves memory in a different space than the parameters live in "
                   "(use comm::nccl for cuda_space parameters, comm::local or comm::mpi for host_space)");
 
+    using selection_t =
+        std::remove_cvref_t<decltype(std::declval<Sampler&>().select(std::declval<const sampler_context&>()))>;
+    static constexpr bool on_device = std::is_same_v<Space, cuda_space>;
+
 public:
     using memory_space = Space;
     using value_type = T;
     static constexpr const char* kind = "sparta";
+
+    // Whether the sampler can re-key a selection for another step on the device (uniform, block).
+    static constexpr bool rekeyable_sampler = requires(selection_t& s) {
+        Sampler::rekey(s, std::uint64_t{}, std::uint64_t{});
+    };
 
     // Collective: every worker constructs at once. Validates the options and policies,
     // and checks that all workers agree on them and on the layout; throws the same
@@ -106,8 +119,15 @@ public:
         config_record rec = describe(group);
         agree(comm_, rec);
         config_hash_ = detail::fnv1a(rec.serialize());
-        flat_ = flat_params<T, Space>(group);
+        if constexpr (on_device) {
+            ex_ = detail::algorithm_exec(comm_, group, kind);
+            flat_ = flat_params<T, Space>(group, ex_);
+            ws_.bind(ex_);
+        } else {
+            flat_ = flat_params<T, Space>(group);
+        }
         dense_per_step_ = detail::all_reduce_bytes(group.total_size(), sizeof(float), comm_.size(), comm_.rank());
+        allocate();
     }
 
     sparta_engine(const sparta_engine&) = delete;
@@ -115,21 +135,58 @@ public:
 
     // Call after every optimizer step, on every worker. Exchanges at steps
     // interval-1, 2·interval-1, ...; otherwise only counts the step.
+    //
+    // On exec::cuda the step is enqueued on the stream and never waits: a plan pre-pass, one
+    // gather, one communication call and one scatter; it allocates nothing (every buffer is
+    // sized at construction) and runs on the parameters' device whatever device is current.
+    // With a sampler that re-keys on the device (uniform, block), the constant schedule and
+    // interval 1, the step is replayable: capture it in a CUDA graph, replay it k times and
+    // call replayed(k); the replicas get the bits uncaptured steps give.
     template <class Exec>
     void step(const Exec& ex) {
         static_assert(can_access_v<Exec, Space>, "sparta::step: this execution space cannot reach the parameters");
         detail::check_same_stream(comm_, ex, kind);
         const std::uint64_t t = stats_.steps;
-        if ((t + 1) % options_.interval == 0) exchange(ex, t);
+        if ((t + 1) % options_.interval == 0) {
+            if constexpr (std::is_same_v<Exec, exec::cuda>) {
+                detail::check_step_exec(ex, ex_, kind);
+                exchange_cuda(ex, t);
+            } else {
+                exchange(ex, t);
+            }
+        }
         stats_.steps = t + 1;
         stats_.dense_bytes += dense_per_step_;
     }
 
     // Counts a step without exchanging (used by sparta_diloco at the end of an outer round).
     void skip_step() {
+        if constexpr (on_device)
+            if (rekeyed_) advance_device_step();
         ++stats_.steps;
         stats_.dense_bytes += dense_per_step_;
     }
+
+    // Whether a CUDA step replays correctly from a captured graph (see step()).
+    bool replayable() const { return rekeyed_; }
+
+    // Accounts for k replays of a captured step: the host's step and traffic counters move
+    // on as if step() had run k more times (each replay exchanged exactly what the
+    // captured step did; the communicator itself never saw the replays).
+    void replayed(std::uint64_t k) {
+        require(rekeyed_, "sparta::replayed: this configuration is not replayable (see sparta::step)");
+        for (std::uint64_t j = 0; j < k; ++j) {
+            stats_.steps += 1;
+            stats_.dense_bytes += dense_per_step_;
+            stats_.total += stats_.last;
+            stats_.values += stats_.last_values;
+            ++stats_.exchanges;
+        }
+    }
+
+    // Values the exchange buffer holds: enough for any step (sized at construction from
+    // the schedule's largest fraction).
+    std::size_t capacity() const { return capacity_; }
 
     const exchange_stats& stats() const { return stats_; }
     const sparta_options& options() const { return options_; }
@@ -178,6 +235,8 @@ public:
         agree(comm_, rec);
         stats_ = st;
         sampler_ = std::move(sam);
+        if constexpr (on_device)
+            if (rekeyed_) copy_elements<cuda_space, host_space>(device_step_.data(), &stats_.steps, 1, ex_);
     }
 
 private:
@@ -192,29 +251,71 @@ private:
         return rec;
     }
 
-    template <class Exec>
-    void exchange(const Exec& ex, std::uint64_t t) {
+    // Sizes every buffer a step uses, once: the exchange buffer and the topology's scratch
+    // for the largest selection the schedule can ask for, and on the device the planned
+    // selection, the tile plans and (re-keyed samplers) the step counter.
+    void allocate() {
+        const double pmax = detail::schedule_max_fraction(schedule_, options_.fraction);
+        capacity_ = detail::selection_capacity(sampler_, pmax, flat_.total());
+        ws_.reserve(0, capacity_);
+        detail::reserve_topology_scratch<Topology>(ws_, capacity_);
+        if constexpr (on_device) {
+            rekeyed_ = rekeyable_sampler && std::is_same_v<Schedule, schedule::constant> && options_.interval == 1;
+            Sampler probe = sampler_;
+            const selection_t sel =
+                probe.select(sampler_context{options_.seed, 0, 0, pmax, flat_.layout(), flat_.host_layout()});
+            std::size_t tiles = 1;
+            if constexpr (detail::run_selection<selection_t>) tiles = detail::tile_count(capacity_, detail::tile_length(sel));
+            device_selection_ = buffer<selection_t, cuda_space>(1, ex_);
+            device_plans_ = buffer<detail::tile_plan, cuda_space>(tiles, ex_);
+            if (rekeyed_) device_step_ = buffer<std::uint64_t, cuda_space>(1, ex_);
+            device_state_ = {device_selection_.data(), device_plans_.data(), rekeyed_ ? device_step_.data() : nullptr};
+#if TRICKLE_HAS_CUDA
+            detail::device_scope on(ex_.device);
+            TRICKLE_CUDA_CHECK(cudaStreamSynchronize(ex_.stream));
+#endif
+        }
+    }
+
+    // The fraction and selection of the exchange at step t (the sampler's state moves on).
+    selection_t select(std::uint64_t t) {
         const double p = schedule_.fraction(t, options_.fraction);
         if (!detail::valid_fraction(p))
             throw invalid_argument(detail::concat("sparta: the ", Schedule::name, " schedule gave fraction ", p,
                                                   " at step ", t, "; it must be in (0, 1]"));
         const sampler_context ctx{options_.seed, t, stats_.exchanges, p, flat_.layout(), flat_.host_layout()};
-        const auto sel = sampler_.select(ctx);
-        const std::size_t count = sel.count();
-        float* buf = ws_.get(0, count);
-        const traffic_counters before = comm_.traffic();
-        // Range bodies: a run of positions or a prefetched batch per call (kernels/sparse_exchange.hpp).
-        using space = typename Exec::memory_space;
-        const auto gather = make_gather<space>(flat_.view(), sel, buf);
-        for_each_index(ex, gather.calls(), gather);
-        const int group = topology_.reduce(ex, comm_, buf, count, ws_);
-        const auto scatter = make_scatter<space>(flat_.view(), sel, buf, 1.0f / static_cast<float>(group));
-        for_each_index(ex, scatter.calls(), scatter);
+        selection_t sel = sampler_.select(ctx);
+        require(sel.count() <= capacity_, "sparta: the ", Sampler::name, " sampler selected ", sel.count(),
+                " values at step ", t, ", more than the ", capacity_, " its max_count() promised at construction");
+        return sel;
+    }
+
+    void count_exchange(const traffic_counters& before, std::size_t count) {
         stats_.last = comm_.traffic() - before;
         stats_.total += stats_.last;
         stats_.last_values = count;
         stats_.values += count;
         ++stats_.exchanges;
+    }
+
+    // The CUDA exchange (defined below for nvcc; g++ translation units reach it through an
+    // explicit instantiation, algorithm/instantiate.hpp).
+    void exchange_cuda(const exec::cuda& ex, std::uint64_t t);
+    void advance_device_step();
+
+    template <class Exec>
+    void exchange(const Exec& ex, std::uint64_t t) {
+        const selection_t sel = select(t);
+        const std::size_t count = sel.count();
+        float* buf = ws_.get(0, count);
+        const traffic_counters before = comm_.traffic();
+        // Range bodies: a run of positions or a prefetched batch per call (kernels/sparse_exchange.hpp).
+        const auto gather = make_gather(flat_.view(), sel, buf);
+        for_each_index(ex, gather.calls(), gather);
+        const int group = topology_.reduce(ex, comm_, buf, count, ws_);
+        const auto scatter = make_scatter(flat_.view(), sel, buf, 1.0f / static_cast<float>(group));
+        for_each_index(ex, scatter.calls(), scatter);
+        count_exchange(before, count);
     }
 
     Comm& comm_;
@@ -227,7 +328,53 @@ private:
     exchange_stats stats_{};
     std::uint64_t dense_per_step_ = 0;
     std::uint64_t config_hash_ = 0;
+    std::size_t capacity_ = 0;
+    // cuda_space only: where the CUDA work runs, and the device memory of the plan.
+    exec::cuda ex_{};
+    bool rekeyed_ = false;
+    buffer<selection_t, cuda_space> device_selection_;
+    buffer<detail::tile_plan, cuda_space> device_plans_;
+    buffer<std::uint64_t, cuda_space> device_step_;
+    detail::device_exchange_state<selection_t> device_state_{};
 };
+
+#if TRICKLE_CUDA_COMPILER
+template <class Sampler, class Schedule, class Topology, class T, class Space, class Comm>
+void sparta_engine<Sampler, Schedule, Topology, T, Space, Comm>::exchange_cuda(const exec::cuda& step_ex, std::uint64_t t) {
+    if constexpr (on_device) {
+        const exec::cuda ex{step_ex.stream, ex_.device};
+        detail::device_scope on(ex.device);
+        if (!rekeyed_ && detail::stream_capturing(ex.stream))
+            throw invalid_argument("sparta::step: this configuration cannot be replayed from a CUDA graph (it needs a "
+                                   "sampler that re-keys on the device, uniform or block, the constant schedule and "
+                                   "interval 1); step it uncaptured");
+        const selection_t sel = select(t);
+        const std::size_t count = sel.count();
+        float* buf = ws_.get(0, count);
+        const traffic_counters before = comm_.traffic();
+        if (rekeyed_) {
+            if constexpr (rekeyable_sampler)
+                detail::device_plan(ex, flat_.view(), sel, detail::rekey_selection<Sampler>{options_.seed}, device_state_);
+        } else {
+            detail::device_plan(ex, flat_.view(), sel, detail::keep_selection{}, device_state_);
+        }
+        detail::device_move<true>(ex, flat_.view(), sel, device_state_, buf, 1.0f);
+        const int group = topology_.reduce(ex, comm_, buf, count, ws_);
+        detail::device_move<false>(ex, flat_.view(), sel, device_state_, buf, 1.0f / static_cast<float>(group));
+        count_exchange(before, count);
+    } else {
+        (void)step_ex, (void)t;
+    }
+}
+
+template <class Sampler, class Schedule, class Topology, class T, class Space, class Comm>
+void sparta_engine<Sampler, Schedule, Topology, T, Space, Comm>::advance_device_step() {
+    if constexpr (on_device) {
+        detail::device_scope on(ex_.device);
+        detail::device_increment(ex_, device_step_.data());
+    }
+}
+#endif
 
 // SPARTA as a concrete object: build it from a param_group, a communicator and options,
 // then call step(exec) after every optimizer step on every worker.

@@ -12,6 +12,7 @@
 #include <trickle/core/memory_space.hpp>
 #include <trickle/error.hpp>
 #include <trickle/exec/buffer.hpp>
+#include <trickle/exec/cuda.hpp>
 
 #include <cuda_runtime_api.h>
 #include <nccl.h>
@@ -36,25 +37,6 @@ inline void check_nccl(ncclResult_t code, const char* call, const char* file, in
     if (last != nullptr && *last != '\0') msg += concat(": ", last);
     throw comm_error(msg);
 }
-
-// Makes `device` current for a scope and gives the caller back its own device after, so
-// a trainer that drives several GPUs from one thread finds its device unchanged.
-class current_device_scope {
-public:
-    explicit current_device_scope(int device) {
-        TRICKLE_CUDA_CHECK(cudaGetDevice(&previous_));
-        if (previous_ != device) TRICKLE_CUDA_CHECK(cudaSetDevice(device));
-    }
-    current_device_scope(const current_device_scope&) = delete;
-    current_device_scope& operator=(const current_device_scope&) = delete;
-    ~current_device_scope() {
-        int now = previous_;
-        if (cudaGetDevice(&now) == cudaSuccess && now != previous_) (void)cudaSetDevice(previous_);
-    }
-
-private:
-    int previous_ = 0;
-};
 
 } // namespace detail
 
@@ -116,7 +98,7 @@ public:
     void all_reduce_sum(float* data, std::size_t n) {
         require(n == 0 || data != nullptr, "comm::nccl all_reduce_sum: null pointer with ", n, " elements");
         if (n != 0) {
-            detail::current_device_scope on(device_);
+            detail::device_scope on(device_);
             detail::check_pointer_space<cuda_space>(data, "comm::nccl all_reduce_sum: data");
             TRICKLE_NCCL_CHECK(ncclAllReduce(data, data, n, ncclFloat, ncclSum, comm_, stream_));
         }
@@ -134,7 +116,7 @@ public:
         require(n == 0 || send != nullptr, "comm::nccl send_recv: null send pointer with ", n, " elements");
         require(m == 0 || recv != nullptr, "comm::nccl send_recv: null receive pointer with ", m, " elements");
         if (n != 0 || m != 0) {
-            detail::current_device_scope on(device_);
+            detail::device_scope on(device_);
             if (n != 0) detail::check_pointer_space<cuda_space>(send, "comm::nccl send_recv: send");
             if (m != 0) detail::check_pointer_space<cuda_space>(recv, "comm::nccl send_recv: recv");
             TRICKLE_NCCL_CHECK(ncclGroupStart());
@@ -159,7 +141,7 @@ public:
         require(root >= 0 && root < size_, "comm::nccl broadcast: root ", root, " out of range [0, ", size_, ")");
         require(n == 0 || data != nullptr, "comm::nccl broadcast: null pointer with ", n, " elements");
         if (n != 0) {
-            detail::current_device_scope on(device_);
+            detail::device_scope on(device_);
             detail::check_pointer_space<cuda_space>(data, "comm::nccl broadcast: data");
             TRICKLE_NCCL_CHECK(ncclBroadcast(data, data, n, ncclFloat, root, comm_, stream_));
         }
@@ -174,7 +156,7 @@ public:
     // through device scratch and waits for the stream. Every rank first shares its size
     // and whether its pointers are usable, so a bad argument on any rank throws on all.
     void all_gather_bytes(const void* send, void* recv, std::size_t bytes) {
-        detail::current_device_scope on(device_);
+        detail::device_scope on(device_);
         std::string mine_bad;
         if (bytes != 0 && (send == nullptr || recv == nullptr))
             mine_bad = "comm::nccl all_gather_bytes: null pointer with a nonzero size";
@@ -206,7 +188,7 @@ public:
 
     // Returns when every rank has reached the barrier and this rank's stream is drained.
     void barrier() {
-        detail::current_device_scope on(device_);
+        detail::device_scope on(device_);
         if (token_.empty()) token_ = buffer<float, cuda_space>(1);
         TRICKLE_NCCL_CHECK(ncclAllReduce(token_.data(), token_.data(), 1, ncclFloat, ncclSum, comm_, stream_));
         wait("barrier");
@@ -214,7 +196,7 @@ public:
 
     // Waits until the work queued on the stream (trickle's and the trainer's) is done.
     void synchronize() {
-        detail::current_device_scope on(device_);
+        detail::device_scope on(device_);
         wait("synchronize");
     }
 

@@ -4,6 +4,7 @@
 #include <trickle/config.hpp>
 #include <trickle/core/dtype.hpp>
 #include <trickle/core/memory_space.hpp>
+#include <trickle/core/search.hpp>
 #include <trickle/core/tensor_view.hpp>
 #include <trickle/error.hpp>
 
@@ -97,9 +98,10 @@ public:
     // Index of the tensor that holds flat index i (i < total_size()).
     std::size_t tensor_of(std::size_t i) const {
         require(i < total_, "param_group::tensor_of: index ", i, " out of range ", total_);
-        auto it = std::upper_bound(entries_.begin(), entries_.end(), i,
-                                   [](std::size_t v, const entry& e) { return v < e.offset + e.view.size(); });
-        return static_cast<std::size_t>(it - entries_.begin());
+        // The last entry starting at or before i: an empty entry shares its offset with the
+        // next one, which is the one that holds i.
+        return detail::last_where(static_cast<std::uint32_t>(entries_.size()),
+                                  [&](std::uint32_t s) { return entries_[s].offset <= i; });
     }
 
     // A 64-bit FNV-1a hash of the dtype, the names and the sizes, in order: two workers

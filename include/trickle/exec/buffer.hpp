@@ -5,6 +5,7 @@
 #include <trickle/core/memory_space.hpp>
 #include <trickle/core/tensor_view.hpp>
 #include <trickle/error.hpp>
+#include <trickle/exec/cuda.hpp>
 
 #include <cstddef>
 #include <cstring>
@@ -19,8 +20,12 @@ TRICKLE_NAMESPACE_BEGIN
 enum class host_alloc { pageable, pinned };
 
 // An owning, move-only array of n trivially copyable T in memory space Space. Host
-// buffers are 64-byte aligned and zero-initialized; CUDA buffers come from cudaMalloc
-// and are zeroed with cudaMemset.
+// buffers are 64-byte aligned and zero-initialized. CUDA buffers made with an exec::cuda
+// are stream-ordered: allocated with cudaMallocAsync, zeroed with cudaMemsetAsync and
+// freed with cudaFreeAsync, all on that stream and its device (the stream must outlive
+// the buffer), so they never synchronize the host or touch the legacy default stream;
+// this is how trickle's algorithms allocate. CUDA buffers made without one use
+// cudaMalloc + cudaMemset (set-up code and tests).
 template <class T, class Space = host_space>
 class buffer {
     static_assert(std::is_trivially_copyable_v<T>, "buffer<T>: T must be trivially copyable");
@@ -31,50 +36,31 @@ public:
 
     buffer() = default;
 
-    explicit buffer(std::size_t n, host_alloc how = host_alloc::pageable) : size_(n), how_(how) {
-        if (n == 0) return;
-        if (n > static_cast<std::size_t>(-1) / sizeof(T) / 2)
-            throw invalid_argument(detail::concat("buffer: ", n, " elements is too large"));
-        const std::size_t bytes = n * sizeof(T);
-        if constexpr (std::is_same_v<Space, cuda_space>) {
+    explicit buffer(std::size_t n, host_alloc how = host_alloc::pageable) : size_(n), how_(how) { allocate(n); }
+
+    // Stream-ordered device memory on ex's stream and device (cuda_space only).
+    buffer(std::size_t n, const exec::cuda& ex) : size_(n), stream_(ex.stream), ordered_(true) {
+        static_assert(std::is_same_v<Space, cuda_space>, "buffer(n, exec::cuda): stream-ordered memory is device memory");
 #if TRICKLE_HAS_CUDA
-            void* p = nullptr;
-            TRICKLE_CUDA_CHECK(cudaMalloc(&p, bytes));
-            data_ = static_cast<T*>(p);
-            const cudaError_t rc = cudaMemset(p, 0, bytes);
-            if (rc != cudaSuccess) {
-                cudaFree(p);
-                data_ = nullptr;
-                detail::check_cuda(rc, "cudaMemset(p, 0, bytes)", __FILE__, __LINE__);
-            }
-#else
-            throw invalid_argument("buffer<T, cuda_space>: this build has no CUDA runtime");
+        device_ = detail::device_of(ex);
 #endif
-        } else if (how == host_alloc::pinned) {
-#if TRICKLE_HAS_CUDA
-            void* p = nullptr;
-            TRICKLE_CUDA_CHECK(cudaMallocHost(&p, bytes));
-            data_ = static_cast<T*>(p);
-            std::memset(p, 0, bytes);
-#else
-            throw invalid_argument("buffer: pinned host memory needs the CUDA runtime");
-#endif
-        } else {
-            data_ = static_cast<T*>(::operator new(bytes, std::align_val_t{alignment}));
-            std::memset(static_cast<void*>(data_), 0, bytes);
-        }
+        allocate(n);
     }
 
     buffer(const buffer&) = delete;
     buffer& operator=(const buffer&) = delete;
     buffer(buffer&& o) noexcept
-        : data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)), how_(o.how_) {}
+        : data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)), how_(o.how_), stream_(o.stream_),
+          device_(o.device_), ordered_(o.ordered_) {}
     buffer& operator=(buffer&& o) noexcept {
         if (this != &o) {
             release();
             data_ = std::exchange(o.data_, nullptr);
             size_ = std::exchange(o.size_, 0);
             how_ = o.how_;
+            stream_ = o.stream_;
+            device_ = o.device_;
+            ordered_ = o.ordered_;
         }
         return *this;
     }
@@ -89,11 +75,65 @@ public:
     tensor_view<const T, Space> view() const { return {data_, size_}; }
 
 private:
+    void allocate(std::size_t n) {
+        if (n == 0) return;
+        if (n > static_cast<std::size_t>(-1) / sizeof(T) / 2)
+            throw invalid_argument(detail::concat("buffer: ", n, " elements is too large"));
+        const std::size_t bytes = n * sizeof(T);
+        if constexpr (std::is_same_v<Space, cuda_space>) {
+#if TRICKLE_HAS_CUDA
+            void* p = nullptr;
+            if (ordered_) {
+                detail::device_scope on(device_);
+                TRICKLE_CUDA_CHECK(cudaMallocAsync(&p, bytes, stream_));
+                data_ = static_cast<T*>(p);
+                const cudaError_t rc = cudaMemsetAsync(p, 0, bytes, stream_);
+                if (rc != cudaSuccess) {
+                    cudaFreeAsync(p, stream_);
+                    data_ = nullptr;
+                    detail::check_cuda(rc, "cudaMemsetAsync(p, 0, bytes, stream_)", __FILE__, __LINE__);
+                }
+                return;
+            }
+            TRICKLE_CUDA_CHECK(cudaMalloc(&p, bytes));
+            data_ = static_cast<T*>(p);
+            const cudaError_t rc = cudaMemset(p, 0, bytes);
+            if (rc != cudaSuccess) {
+                cudaFree(p);
+                data_ = nullptr;
+                detail::check_cuda(rc, "cudaMemset(p, 0, bytes)", __FILE__, __LINE__);
+            }
+#else
+            throw invalid_argument("buffer<T, cuda_space>: this build has no CUDA runtime");
+#endif
+        } else if (how_ == host_alloc::pinned) {
+#if TRICKLE_HAS_CUDA
+            void* p = nullptr;
+            TRICKLE_CUDA_CHECK(cudaMallocHost(&p, bytes));
+            data_ = static_cast<T*>(p);
+            std::memset(p, 0, bytes);
+#else
+            throw invalid_argument("buffer: pinned host memory needs the CUDA runtime");
+#endif
+        } else {
+            data_ = static_cast<T*>(::operator new(bytes, std::align_val_t{alignment}));
+            std::memset(static_cast<void*>(data_), 0, bytes);
+        }
+    }
+
     void release() noexcept {
         if (data_ == nullptr) return;
         if constexpr (std::is_same_v<Space, cuda_space>) {
 #if TRICKLE_HAS_CUDA
-            cudaFree(data_);
+            if (ordered_) {
+                int previous = -1;
+                const bool switch_device = cudaGetDevice(&previous) == cudaSuccess && previous != device_ && device_ >= 0;
+                if (switch_device) (void)cudaSetDevice(device_);
+                cudaFreeAsync(data_, stream_);
+                if (switch_device) (void)cudaSetDevice(previous);
+            } else {
+                cudaFree(data_);
+            }
 #endif
         } else if (how_ == host_alloc::pinned) {
 #if TRICKLE_HAS_CUDA
@@ -108,6 +148,9 @@ private:
     T* data_ = nullptr;
     std::size_t size_ = 0;
     host_alloc how_ = host_alloc::pageable;
+    CUstream_st* stream_ = nullptr; // stream-ordered device buffers: the stream and device they live on
+    int device_ = -1;
+    bool ordered_ = false;
 };
 
 // Copies count elements between memory spaces (synchronously; for set-up, checkpoints
@@ -124,6 +167,21 @@ void copy_elements(T* dst, const T* src, std::size_t count) {
         throw invalid_argument("copy_elements: CUDA memory needs the CUDA runtime");
 #endif
     }
+}
+
+// Copies count elements between memory spaces on ex's stream and device, and waits for
+// that stream only (set-up and checkpoints: never the legacy default stream).
+template <class DstSpace, class SrcSpace, class T>
+void copy_elements(T* dst, const T* src, std::size_t count, const exec::cuda& ex) {
+    if (count == 0) return;
+#if TRICKLE_HAS_CUDA
+    detail::device_scope on(ex.device);
+    TRICKLE_CUDA_CHECK(cudaMemcpyAsync(dst, src, count * sizeof(T), cudaMemcpyDefault, ex.stream));
+    TRICKLE_CUDA_CHECK(cudaStreamSynchronize(ex.stream));
+#else
+    (void)dst, (void)src, (void)ex;
+    throw invalid_argument("copy_elements: CUDA memory needs the CUDA runtime");
+#endif
 }
 
 TRICKLE_NAMESPACE_END

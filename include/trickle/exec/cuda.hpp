@@ -1,9 +1,10 @@
-// trickle/exec/cuda.hpp: the CUDA execution space (a stream) and its grid-stride for_each_index.
+// trickle/exec/cuda.hpp: the CUDA execution space (a stream on a device), device scopes, and the generic launch.
 #pragma once
 
 #include <trickle/config.hpp>
 #include <trickle/core/memory_space.hpp>
 #include <trickle/error.hpp>
+#include <trickle/exec/dispatch.hpp>
 
 #include <cstddef>
 #include <type_traits>
@@ -17,11 +18,16 @@ TRICKLE_NAMESPACE_BEGIN
 namespace exec {
 
 // Runs kernel bodies as CUDA kernels enqueued on a stream; never synchronizes the host.
-// stream is a cudaStream_t (nullptr: the legacy default stream).
+// stream is a cudaStream_t (nullptr: the legacy default stream, which trickle's
+// algorithms refuse: pass a stream of your own). device is the ordinal the stream belongs
+// to; -1 (the default) means "the device of the stream" (found with cudaStreamGetDevice
+// where the runtime has it, the current device otherwise). Launches made through an
+// algorithm always run on the parameters' device, whatever device is current.
 struct cuda {
     using memory_space = cuda_space;
     static constexpr const char* name = "cuda";
     CUstream_st* stream = nullptr;
+    int device = -1;
 };
 
 } // namespace exec
@@ -39,28 +45,98 @@ namespace detail {
 template <class>
 inline constexpr bool dependent_false = false;
 
-// Launch shape for grid-stride loops: a value, chosen per device.
-struct launch_policy {
-    int threads_per_block = 256;
-    int blocks_per_sm = 8;
+#if TRICKLE_HAS_CUDA
+// Makes `device` current for a scope and gives the caller back its own device after, so
+// a trainer that drives several GPUs from one thread finds its device unchanged. A
+// negative device leaves the current one.
+class device_scope {
+public:
+    explicit device_scope(int device) {
+        TRICKLE_CUDA_CHECK(cudaGetDevice(&previous_));
+        if (device >= 0 && previous_ != device) TRICKLE_CUDA_CHECK(cudaSetDevice(device));
+    }
+    device_scope(const device_scope&) = delete;
+    device_scope& operator=(const device_scope&) = delete;
+    ~device_scope() {
+        int now = previous_;
+        if (cudaGetDevice(&now) == cudaSuccess && now != previous_) (void)cudaSetDevice(previous_);
+    }
+
+private:
+    int previous_ = 0;
 };
 
-#if TRICKLE_HAS_CUDA
-// Multiprocessor count of the current device, cached per device and thread.
-inline int multiprocessor_count() {
-    int device = 0;
+// The device a stream belongs to (the current device for the legacy stream, or where the
+// runtime cannot tell).
+inline int stream_device(cudaStream_t stream) {
+    int device = -1;
+#if CUDART_VERSION >= 12080
+    if (stream != nullptr) {
+        TRICKLE_CUDA_CHECK(cudaStreamGetDevice(stream, &device));
+        return device;
+    }
+#else
+    (void)stream;
+#endif
     TRICKLE_CUDA_CHECK(cudaGetDevice(&device));
-    constexpr int cached_devices = 64;
-    static thread_local int cache[cached_devices] = {};
-    if (device < cached_devices && cache[device] != 0) return cache[device];
-    int sms = 0;
-    TRICKLE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    if (device < cached_devices) cache[device] = sms;
-    return sms;
+    return device;
+}
+
+// The device an exec::cuda launches on: its own, or its stream's.
+inline int device_of(const exec::cuda& ex) { return ex.device >= 0 ? ex.device : stream_device(ex.stream); }
+
+// Multiprocessor count and compute capability of a device, cached per device.
+inline exec::device_facts device_facts_of(int device) {
+    constexpr int cached = 64;
+    static thread_local exec::device_facts cache[cached] = {};
+    static thread_local bool have[cached] = {};
+    if (device >= 0 && device < cached && have[device]) return cache[device];
+    exec::device_facts f;
+    TRICKLE_CUDA_CHECK(cudaDeviceGetAttribute(&f.multiprocessors, cudaDevAttrMultiProcessorCount, device));
+    TRICKLE_CUDA_CHECK(cudaDeviceGetAttribute(&f.cc_major, cudaDevAttrComputeCapabilityMajor, device));
+    TRICKLE_CUDA_CHECK(cudaDeviceGetAttribute(&f.cc_minor, cudaDevAttrComputeCapabilityMinor, device));
+    if (device >= 0 && device < cached) {
+        cache[device] = f;
+        have[device] = true;
+    }
+    return f;
+}
+
+// Whether work is being captured into a CUDA graph on this stream.
+inline bool stream_capturing(cudaStream_t stream) {
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    TRICKLE_CUDA_CHECK(cudaStreamIsCapturing(stream, &status));
+    return status != cudaStreamCaptureStatusNone;
 }
 #endif
 
 #if TRICKLE_CUDA_COMPILER
+// Blocks of `kernel` (launched with `threads` threads and no dynamic shared memory) that
+// fit on one multiprocessor of the current device: one occupancy query per kernel, device
+// and thread.
+template <class Kernel>
+int resident_blocks(Kernel kernel, int threads) {
+    int device = 0;
+    TRICKLE_CUDA_CHECK(cudaGetDevice(&device));
+    constexpr int cached = 64;
+    static thread_local int cache[cached] = {};
+    if (device >= 0 && device < cached && cache[device] != 0) return cache[device];
+    int blocks = 0;
+    TRICKLE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, 0));
+    if (blocks < 1) blocks = 1;
+    if (device >= 0 && device < cached) cache[device] = blocks;
+    return blocks;
+}
+
+// The grid for `tiles` units of `kernel` with tuning t, each block pass moving
+// bytes_per_block_pass bytes, on the current device.
+template <class Kernel>
+exec::grid_shape plan_grid(Kernel kernel, const exec::tuning& t, std::size_t tiles, std::size_t bytes_per_block_pass) {
+    int device = 0;
+    TRICKLE_CUDA_CHECK(cudaGetDevice(&device));
+    return exec::size_grid(tiles, t, device_facts_of(device), resident_blocks(kernel, t.threads), bytes_per_block_pass);
+}
+
 template <class Body>
 __global__ void for_each_index_kernel(std::size_t n, Body body) {
     const std::size_t stride = static_cast<std::size_t>(blockDim.x) * gridDim.x;
@@ -71,27 +147,30 @@ __global__ void for_each_index_kernel(std::size_t n, Body body) {
 
 } // namespace detail
 
-// Enqueues a grid-stride kernel on ex.stream that calls body(i) for every i in [0, n).
-// Needs nvcc: the kernel is instantiated in the calling translation unit, and using
-// exec::cuda from a translation unit that g++ compiles is a compile-time error.
+// Enqueues a grid-stride kernel on ex.stream, on ex's device, that calls body(i) for every
+// i in [0, n): the generic launch for small and element-wise bodies (the exchange and the
+// DiLoCo passes have vectorized agents of their own, kernels/device_*.hpp). The grid comes
+// from the dispatch (exec/dispatch.hpp). Needs nvcc: the kernel is instantiated in the
+// calling translation unit (a g++ translation unit reaches the algorithms' CUDA steps
+// through explicit instantiations, see algorithm/instantiate.hpp).
 template <class Body>
 void for_each_index(const exec::cuda& ex, std::size_t n, const Body& body) {
 #if TRICKLE_CUDA_COMPILER
     static_assert(std::is_trivially_copyable_v<Body>, "a CUDA kernel body must be trivially copyable");
     if (n == 0) return;
-    constexpr detail::launch_policy policy{};
-    const int sms = detail::multiprocessor_count();
-    const std::size_t wanted = (n + policy.threads_per_block - 1) / policy.threads_per_block;
-    const std::size_t cap = static_cast<std::size_t>(sms) * policy.blocks_per_sm;
-    const unsigned blocks = static_cast<unsigned>(wanted < cap ? wanted : cap);
-    detail::for_each_index_kernel<<<blocks, policy.threads_per_block, 0, ex.stream>>>(n, body);
+    detail::device_scope on(ex.device);
+    constexpr exec::tuning t{256, 1, 4};
+    const auto grid = detail::plan_grid(detail::for_each_index_kernel<Body>, t, (n + t.threads - 1) / t.threads,
+                                        static_cast<std::size_t>(t.threads) * 8);
+    detail::for_each_index_kernel<<<grid.blocks, grid.threads, 0, ex.stream>>>(n, body);
     TRICKLE_CUDA_CHECK(cudaGetLastError());
 #else
     (void)ex;
     (void)n;
     (void)body;
     static_assert(detail::dependent_false<Body>,
-                  "for_each_index(exec::cuda, ...) launches a kernel: compile this translation unit with nvcc");
+                  "for_each_index(exec::cuda, ...) launches a kernel: compile this translation unit with nvcc, "
+                  "or reach the algorithms' CUDA steps through TRICKLE_INSTANTIATE_* (algorithm/instantiate.hpp)");
 #endif
 }
 

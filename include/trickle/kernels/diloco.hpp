@@ -9,7 +9,7 @@
 //
 // and snapshot_copy_body (snapshot[i] = params[i]) starts a run. The snapshot is an fp32
 // master copy, so fp16 and bf16 parameters lose nothing across rounds; the optimizer state
-// is fp32 in the structure-of-arrays layout of outer_state_index (outer/rule.hpp).
+// is fp32 in the structure-of-arrays layout of outer_state_index (kernels/outer_rule.hpp).
 //
 // Index k runs over [0, count) of one launch and i = first + k is the element's flat index
 // in the group: params, snapshot and state are addressed by i, the wire by k. first = 0 with
@@ -19,9 +19,9 @@
 // Each body has two equivalent forms that write the same bits: operator()(k) handles one
 // index (it finds the element's tensor by a search of the segment table), and run(k0, k1)
 // handles [k0, k1) tensor by tensor, one lookup and then contiguous loops the compiler
-// vectorizes. ranges<Space>(body, count) wraps a body so that for_each_index launches
-// run() over chunks: 16384 indices a call on the host, one per thread on a GPU (adjacent
-// threads then touch adjacent elements, which keeps every access coalesced).
+// vectorizes. ranges<Space>(body, count) (kernels/chunking.hpp) wraps a body so that
+// for_each_index launches run() over chunks; the CUDA dispatch (kernels/device.hpp) moves
+// the same values with 16-byte accesses instead.
 //
 // The wire is a policy, so a codec can sit between the bodies and the communicator:
 // anything trivially copyable with store(k, float) (the sending side) or float load(k) (the
@@ -33,8 +33,9 @@
 #include <trickle/config.hpp>
 #include <trickle/core/dtype.hpp>
 #include <trickle/core/memory_space.hpp>
+#include <trickle/kernels/chunking.hpp>
 #include <trickle/kernels/flat_view.hpp>
-#include <trickle/outer/rule.hpp>
+#include <trickle/kernels/outer_rule.hpp>
 
 #include <cstddef>
 #include <type_traits>
@@ -97,9 +98,10 @@ struct outer_delta_body {
         });
     }
 
-private:
-    TRICKLE_HOST_DEVICE float value(float snap, T param) const {
-        return weight == 0.0f ? 0.0f : weight * (snap - to_float(param));
+    // The value sent for one element (shared by every backend's agents).
+    TRICKLE_HOST_DEVICE float value(float snap, T param) const { return value_f(snap, to_float(param)); }
+    TRICKLE_HOST_DEVICE float value_f(float snap, float param) const {
+        return weight == 0.0f ? 0.0f : weight * (snap - param);
     }
 };
 
@@ -133,27 +135,35 @@ struct outer_update_body {
         });
     }
 
-private:
+    // The factor every received value is multiplied by (read once per launch or call).
     TRICKLE_HOST_DEVICE float factor() const {
         if (weight_sum == nullptr) return scale;
         const float w = *weight_sum;
         return w == 0.0f ? 0.0f : scale / w;
     }
 
+    // One element's update from its received value r (shared by every backend's agents):
+    // the snapshot value s and the state slots st (in registers) change in place; the
+    // result is the new snapshot value, which the parameter takes rounded to T.
+    TRICKLE_HOST_DEVICE float update(float r, float f, float& s, float* st) const {
+        const float g = mul_rn(r, f);
+        if constexpr (Rule::state_slots == 0)
+            rule.apply(s, g, nullptr);
+        else
+            rule.apply(s, g, st);
+        return s;
+    }
+
+private:
     TRICKLE_HOST_DEVICE void element(std::size_t k, std::size_t i, T& param, float f) const {
-        const float g = mul_rn(recv.load(k), f);
         float s = snapshot[i];
         constexpr int slots = Rule::state_slots;
-        if constexpr (slots == 0) {
-            rule.apply(s, g, nullptr);
-        } else {
-            // Gathered into registers so the rule never depends on the memory layout.
-            const std::size_t n = params.total;
-            float st[slots];
-            for (int j = 0; j < slots; ++j) st[j] = state[outer_state_index(j, i, n)];
-            rule.apply(s, g, st);
-            for (int j = 0; j < slots; ++j) state[outer_state_index(j, i, n)] = st[j];
-        }
+        // Gathered into registers so the rule never depends on the memory layout.
+        const std::size_t n = params.total;
+        float st[slots > 0 ? slots : 1];
+        for (int j = 0; j < slots; ++j) st[j] = state[outer_state_index(j, i, n)];
+        update(recv.load(k), f, s, st);
+        for (int j = 0; j < slots; ++j) state[outer_state_index(j, i, n)] = st[j];
         snapshot[i] = s;
         param = from_float<T>(s);
     }
@@ -179,26 +189,24 @@ struct snapshot_copy_body {
     }
 };
 
-// A body with run(k0, k1) over indices [0, count), as for_each_index launches it: call c
-// runs [c * range, (c + 1) * range) clipped to count; launch it for c < calls().
-template <class Body>
-struct range_body {
-    Body body;
-    std::size_t count = 0;
-    std::size_t range = 1;
+// Resynchronisation (the initial broadcast): params[i] = T(snapshot[i]), i = first + k.
+template <element_type T>
+struct params_from_snapshot_body {
+    flat_view<T> params;
+    const float* snapshot = nullptr;
+    std::size_t first = 0;
 
-    TRICKLE_HOST_DEVICE std::size_t calls() const { return (count + range - 1) / range; }
+    TRICKLE_HOST_DEVICE void operator()(std::size_t k) const {
+        const std::size_t i = first + k;
+        params[i] = from_float<T>(snapshot[i]);
+    }
 
-    TRICKLE_HOST_DEVICE void operator()(std::size_t c) const {
-        const std::size_t k0 = c * range;
-        body.run(k0, count - k0 < range ? count : k0 + range);
+    TRICKLE_HOST_DEVICE void run(std::size_t k0, std::size_t k1) const {
+        params.for_each_piece(first + k0, first + k1, [&](T* p, std::size_t i, std::size_t m) {
+            const float* snap = snapshot + i;
+            for (std::size_t j = 0; j < m; ++j) p[j] = from_float<T>(snap[j]);
+        });
     }
 };
-
-// body over [0, count) in chunks sized for memory space Space.
-template <class Space, class Body>
-range_body<Body> ranges(const Body& body, std::size_t count) {
-    return {body, count, std::is_same_v<Space, host_space> ? std::size_t{16384} : std::size_t{1}};
-}
 
 TRICKLE_NAMESPACE_END

@@ -3,6 +3,7 @@
 
 #include <trickle/config.hpp>
 #include <trickle/core/dtype.hpp>
+#include <trickle/core/search.hpp>
 
 #include <cstddef>
 #include <cstdint>
@@ -28,15 +29,7 @@ struct layout_view {
 
     // Index of the tensor holding flat index i (i < total): the last s with offsets[s] <= i.
     TRICKLE_HOST_DEVICE std::uint32_t tensor_of(std::size_t i) const {
-        std::uint32_t lo = 0, hi = count; // invariant: offsets[lo] <= i < offsets[hi]
-        while (hi - lo > 1) {
-            const std::uint32_t mid = lo + (hi - lo) / 2;
-            if (offsets[mid] <= i)
-                lo = mid;
-            else
-                hi = mid;
-        }
-        return lo;
+        return detail::last_where(count, [&](std::uint32_t s) { return offsets[s] <= i; });
     }
 };
 
@@ -64,16 +57,11 @@ struct flat_view {
 
     // Index of the segment holding flat index i (i < total).
     TRICKLE_HOST_DEVICE std::uint32_t segment_of(std::size_t i) const {
-        std::uint32_t lo = 0, hi = count;
-        while (hi - lo > 1) {
-            const std::uint32_t mid = lo + (hi - lo) / 2;
-            if (segments[mid].offset <= i)
-                lo = mid;
-            else
-                hi = mid;
-        }
-        return lo;
+        return detail::last_where(count, [&](std::uint32_t s) { return segments[s].offset <= i; });
     }
+
+    // The segment holding flat index i (i < total).
+    TRICKLE_HOST_DEVICE const segment<T>* segment_holding(std::size_t i) const { return segments + segment_of(i); }
 
     TRICKLE_HOST_DEVICE T& operator[](std::size_t i) const {
         const segment<T>& s = segments[segment_of(i)];

@@ -18,6 +18,7 @@
 #include <trickle/config.hpp>
 #include <trickle/core/dtype.hpp>
 #include <trickle/core/memory_space.hpp>
+#include <trickle/kernels/chunking.hpp>
 #include <trickle/kernels/flat_view.hpp>
 
 #include <concepts>
@@ -30,24 +31,9 @@ TRICKLE_NAMESPACE_BEGIN
 
 namespace detail {
 
-// The segment holding flat index i (i < total), as flat_view::segment_of, but without
-// data-dependent branches: the loop count depends on the segment count only, so random
-// positions cost no mispredictions (each of which would also flush the misses in flight).
-template <class T>
-TRICKLE_HOST_DEVICE const segment<T>* find_segment(const flat_view<T>& v, std::size_t i) {
-    const segment<T>* base = v.segments;
-    std::uint32_t len = v.count;
-    while (len > 1) {
-        const std::uint32_t half = len / 2;
-        base = base[half].offset <= i ? base + half : base;
-        len -= half;
-    }
-    return base;
-}
-
 template <class T>
 TRICKLE_HOST_DEVICE T* element_address(const flat_view<T>& v, std::size_t i) {
-    const segment<T>* s = find_segment(v, i);
+    const segment<T>* s = v.segment_holding(i);
     return s->data + (i - s->offset);
 }
 
@@ -401,35 +387,15 @@ struct scatter_body {
     }
 };
 
-// Values per call of a range body in memory space Space for selection sel: many on the
-// host (per-call set-up is amortized, and OpenMP threads still get many calls); on a GPU
-// one value per thread for random positions, and a few for runs, so one block lookup
-// serves several adjacent loads.
-template <class Space, class S>
-TRICKLE_HOST_DEVICE std::size_t exchange_range(const S& sel) {
-    if constexpr (std::is_same_v<Space, host_space>) {
-        (void)sel;
-        return 4096;
-    }
-    else
-        return detail::uses_runs(sel) ? 4 : 1;
-}
-
-// gather_body over values [c·range, (c+1)·range) ∩ [0, count) per call c; launch it for
-// c < calls(). count must be sel.count().
+// gather_body over values [k0, k1) in one call, moving them the fastest way the selection
+// allows (see the top of this file); chunked by range_body (kernels/chunking.hpp).
 template <class T, class Selection>
 struct gather_range_body {
     flat_view<T> params;
     Selection sel;
     float* buf;
-    std::size_t count;
-    std::size_t range;
 
-    TRICKLE_HOST_DEVICE std::size_t calls() const { return (count + range - 1) / range; }
-
-    TRICKLE_HOST_DEVICE void operator()(std::size_t c) const {
-        const std::size_t k0 = c * range;
-        const std::size_t k1 = count - k0 < range ? count : k0 + range;
+    TRICKLE_HOST_DEVICE void run(std::size_t k0, std::size_t k1) const {
         if (detail::uses_runs(sel)) {
             if constexpr (detail::run_selection<Selection>) gather_runs(k0, k1);
             return;
@@ -466,7 +432,7 @@ private:
         while (k < k1) {
             const auto r = sel.run_at(k);
             const std::size_t m = r.len < k1 - k ? r.len : k1 - k;
-            gather_run(r.pos < params.total ? detail::find_segment(params, r.pos) : nullptr, k, r.pos, m);
+            gather_run(r.pos < params.total ? params.segment_holding(r.pos) : nullptr, k, r.pos, m);
             k += m;
         }
 #else
@@ -487,22 +453,15 @@ private:
 #endif
 };
 
-// scatter_body over values [c·range, (c+1)·range) ∩ [0, count) per call c; launch it for
-// c < calls(). count must be sel.count().
+// scatter_body over values [k0, k1) in one call, as gather_range_body.
 template <class T, class Selection>
 struct scatter_range_body {
     flat_view<T> params;
     Selection sel;
     const float* buf;
     float scale;
-    std::size_t count;
-    std::size_t range;
 
-    TRICKLE_HOST_DEVICE std::size_t calls() const { return (count + range - 1) / range; }
-
-    TRICKLE_HOST_DEVICE void operator()(std::size_t c) const {
-        const std::size_t k0 = c * range;
-        const std::size_t k1 = count - k0 < range ? count : k0 + range;
+    TRICKLE_HOST_DEVICE void run(std::size_t k0, std::size_t k1) const {
         if (detail::uses_runs(sel)) {
             if constexpr (detail::run_selection<Selection>) scatter_runs(k0, k1);
             return;
@@ -536,7 +495,7 @@ private:
         while (k < k1) {
             const auto r = sel.run_at(k);
             const std::size_t m = r.len < k1 - k ? r.len : k1 - k;
-            scatter_run(r.pos < params.total ? detail::find_segment(params, r.pos) : nullptr, k, r.pos, m);
+            scatter_run(r.pos < params.total ? params.segment_holding(r.pos) : nullptr, k, r.pos, m);
             k += m;
         }
 #else
@@ -560,16 +519,18 @@ private:
 #endif
 };
 
-// The range bodies exchange() launches for parameters in memory space Space.
-template <class Space, class T, class Selection>
-gather_range_body<T, Selection> make_gather(const flat_view<T>& params, const Selection& sel, float* buf) {
-    return {params, sel, buf, static_cast<std::size_t>(sel.count()), exchange_range<Space>(sel)};
+// The chunked range bodies a host exchange launches: call c of for_each_index moves values
+// [c·range, (c+1)·range) of the selection.
+template <class T, class Selection>
+range_body<gather_range_body<T, Selection>> make_gather(const flat_view<T>& params, const Selection& sel, float* buf) {
+    return ranges<host_space>(gather_range_body<T, Selection>{params, sel, buf}, sel.count(), chunk_use::exchange);
 }
 
-template <class Space, class T, class Selection>
-scatter_range_body<T, Selection> make_scatter(const flat_view<T>& params, const Selection& sel, const float* buf,
-                                              float scale) {
-    return {params, sel, buf, scale, static_cast<std::size_t>(sel.count()), exchange_range<Space>(sel)};
+template <class T, class Selection>
+range_body<scatter_range_body<T, Selection>> make_scatter(const flat_view<T>& params, const Selection& sel,
+                                                          const float* buf, float scale) {
+    return ranges<host_space>(scatter_range_body<T, Selection>{params, sel, buf, scale}, sel.count(),
+                              chunk_use::exchange);
 }
 
 // buf[k] += other[k]

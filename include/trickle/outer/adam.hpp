@@ -22,11 +22,11 @@
 // behind Nesterov: 15.45 against 15.02 perplexity).
 #pragma once
 
-#include <trickle/algorithm/agreement.hpp>
+#include <trickle/core/config_record.hpp>
 #include <trickle/config.hpp>
 #include <trickle/error.hpp>
 #include <trickle/outer/outer_optimizer.hpp>
-#include <trickle/outer/rule.hpp>
+#include <trickle/kernels/outer_rule.hpp>
 
 #include <cmath>
 #include <cstdint>

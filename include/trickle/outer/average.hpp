@@ -8,10 +8,10 @@
 // to get wrong and no learning rate in its configuration record. No state.
 #pragma once
 
-#include <trickle/algorithm/agreement.hpp>
+#include <trickle/core/config_record.hpp>
 #include <trickle/config.hpp>
 #include <trickle/outer/outer_optimizer.hpp>
-#include <trickle/outer/rule.hpp>
+#include <trickle/kernels/outer_rule.hpp>
 
 #include <cstdint>
 

@@ -23,7 +23,7 @@
 // are caught by agree().
 #pragma once
 
-#include <trickle/algorithm/agreement.hpp>
+#include <trickle/core/config_record.hpp>
 #include <trickle/config.hpp>
 #include <trickle/error.hpp>
 #include <trickle/outer/outer_optimizer.hpp>

@@ -19,11 +19,11 @@
 // torch rejects nesterov=True with momentum 0; here that is allowed and equals outer::sgd.
 #pragma once
 
-#include <trickle/algorithm/agreement.hpp>
+#include <trickle/core/config_record.hpp>
 #include <trickle/config.hpp>
 #include <trickle/error.hpp>
 #include <trickle/outer/outer_optimizer.hpp>
-#include <trickle/outer/rule.hpp>
+#include <trickle/kernels/outer_rule.hpp>
 
 #include <cstdint>
 #include <string>

@@ -17,11 +17,11 @@
 // its optimizer steps. Everything that depends only on t and the hyperparameters (bias
 // corrections, step sizes, whether this is the first step) is computed there, in double
 // and then rounded to float, as torch does with Python floats, so that the per-element
-// apply() of the returned outer_rule (outer/rule.hpp) is a handful of fp32 operations.
+// apply() of the returned outer_rule (kernels/outer_rule.hpp) is a handful of fp32 operations.
 // prepare() throws trickle::invalid_argument for t == 0 or invalid fields.
 //
 // The state of a group of n parameters is state_slots * n floats laid out as structure of
-// arrays (outer_state_index in outer/rule.hpp). A rule must not read its state at t == 1:
+// arrays (outer_state_index in kernels/outer_rule.hpp). A rule must not read its state at t == 1:
 // the state is defined by the first step (torch initialises momentum_buffer to the first
 // gradient and the Adam moments to zero), so the algorithm never needs to clear it, and
 // restarting at t = 1 resets the optimizer.
@@ -31,10 +31,10 @@
 // docs/outer-optimizers.md.
 #pragma once
 
-#include <trickle/algorithm/agreement.hpp>
+#include <trickle/core/config_record.hpp>
 #include <trickle/config.hpp>
 #include <trickle/error.hpp>
-#include <trickle/outer/rule.hpp>
+#include <trickle/kernels/outer_rule.hpp>
 
 #include <cmath>
 #include <concepts>

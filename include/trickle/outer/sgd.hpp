@@ -8,11 +8,11 @@
 // default lr = 1 is that FedAvg point, the DiLoCo paper's outer-SGD baseline. No state.
 #pragma once
 
-#include <trickle/algorithm/agreement.hpp>
+#include <trickle/core/config_record.hpp>
 #include <trickle/config.hpp>
 #include <trickle/error.hpp>
 #include <trickle/outer/outer_optimizer.hpp>
-#include <trickle/outer/rule.hpp>
+#include <trickle/kernels/outer_rule.hpp>
 
 #include <cstdint>
 #include <string>

@@ -55,13 +55,31 @@ struct block {
     selection_type select(const sampler_context& ctx) const {
         const std::size_t n = ctx.layout.total;
         const std::size_t nblocks = (n + block_size - 1) / block_size;
-        const std::size_t m = detail::fraction_count(ctx.fraction * static_cast<double>(n) /
-                                                         (static_cast<double>(nblocks) * static_cast<double>(block_size)),
-                                                     nblocks);
-        return selection_type{
-            feistel_permutation(nblocks, mix64(ctx.seed ^ detail::stream_id(detail::stream_tag::block, ctx.step))), n,
-            block_size, m * block_size};
+        selection_type sel{feistel_permutation{}, n, block_size, blocks_for(ctx.fraction, n) * block_size};
+        sel.blocks = feistel_permutation(nblocks, 0);
+        rekey(sel, ctx.seed, ctx.step);
+        return sel;
     }
+
+    // The selection of another step with the same fraction: only the permutation's key
+    // depends on the step, so the device can re-key a selection from a step counter in
+    // device memory (what lets a captured CUDA graph advance by itself).
+    TRICKLE_HOST_DEVICE static void rekey(selection_type& sel, std::uint64_t seed, std::uint64_t step) {
+        sel.blocks = feistel_permutation(sel.blocks.n, mix64(seed ^ detail::stream_id(detail::stream_tag::block, step)));
+    }
+
+    // Values of a selection at fraction p of n positions (padding included): the most any
+    // exchange at a fraction up to p moves.
+    std::size_t max_count(double p, std::size_t n) const { return blocks_for(p, n) * block_size; }
+
+private:
+    std::size_t blocks_for(double p, std::size_t n) const {
+        const std::size_t nblocks = (n + block_size - 1) / block_size;
+        return detail::fraction_count(
+            p * static_cast<double>(n) / (static_cast<double>(nblocks) * static_cast<double>(block_size)), nblocks);
+    }
+
+public:
 
     void describe(config_record& rec) const {
         rec.add("sampler", name);

@@ -3,8 +3,9 @@
 
 #include <trickle/config.hpp>
 #include <trickle/core/philox.hpp>
+#include <trickle/core/search.hpp>
 #include <trickle/error.hpp>
-#include <trickle/sampler/random_batch.hpp>
+#include <trickle/sampler/feistel.hpp>
 #include <trickle/sampler/sampler.hpp>
 
 #include <cmath>
@@ -22,7 +23,9 @@ namespace sampler {
 //
 // per_tensor (stratified): every exchange gives each tensor its own share of the
 //   positions: tensor i, holding flat indices [o_i, o_{i+1}), receives
-//   floor(p·o_{i+1} + u) - floor(p·o_i + u) positions, drawn uniformly inside it, where
+//   floor(p·o_{i+1} + u) - floor(p·o_i + u) distinct positions, drawn uniformly inside it
+//   without replacement (the first ones of a Feistel permutation of the tensor keyed by
+//   seed, step and tensor, so no position is ever written twice on any backend), where
 //   u in [0, 1) is a shared random phase per exchange. Each tensor gets p times its size
 //   (within one) every exchange, and a tensor smaller than 1/p gets a position with
 //   probability p·size, so no layer is starved or favoured. The cumulative counts come
@@ -61,17 +64,17 @@ struct layerwise {
         // which is monotone, so the answer is exact. They rarely take a step.
         TRICKLE_HOST_DEVICE std::uint32_t tensor_holding(std::size_t k) const {
             const double bound = (static_cast<double>(k) + 1.0 - phase) / p;
-            std::uint32_t lo = 0, hi = layout.count;
-            while (hi - lo > 1) {
-                const std::uint32_t mid = lo + (hi - lo) / 2;
-                if (static_cast<double>(layout.offsets[mid]) < bound)
-                    lo = mid;
-                else
-                    hi = mid;
-            }
+            std::uint32_t lo = detail::last_where(
+                layout.count, [&](std::uint32_t s) { return static_cast<double>(layout.offsets[s]) < bound; });
             while (lo + 1 < layout.count && cumulative(lo + 1) <= k) ++lo;
             while (lo > 0 && cumulative(lo) > k) --lo;
             return lo;
+        }
+
+        // The permutation of tensor t's positions at this exchange. A tensor's share never
+        // exceeds its size (p <= 1), so its values take distinct images.
+        TRICKLE_HOST_DEVICE feistel_permutation tensor_permutation(std::uint32_t t, std::size_t extent) const {
+            return feistel_permutation(extent, mix64(seed ^ mix64(stream + t)));
         }
 
         TRICKLE_HOST_DEVICE std::size_t operator()(std::size_t k) const {
@@ -82,7 +85,7 @@ struct layerwise {
             const std::uint32_t lo = tensor_holding(k);
             const std::size_t begin = layout.offsets[lo];
             const std::size_t extent = layout.offsets[lo + 1] - begin;
-            return begin + static_cast<std::size_t>(bounded(random_u64(seed, stream, k), extent));
+            return begin + static_cast<std::size_t>(tensor_permutation(lo, extent)(k - cumulative(lo)));
         }
 
         // The rotating window is one contiguous run (two where it wraps).
@@ -102,8 +105,9 @@ struct layerwise {
         };
 
         // The same positions in bulk: consecutive k fall in the same or the next tensors,
-        // so the tensor search runs once and then walks forward, and the Philox draws use
-        // SIMD lanes. (Host only: it reads layout.offsets, which must be host memory.)
+        // so the tensor search runs once and then walks forward, and each tensor's share is
+        // a run of consecutive images of its permutation, computed in SIMD lanes. (Host
+        // only: it reads layout.offsets, which must be host memory.)
         void positions(std::size_t k0, std::size_t m, std::uint64_t* out) const {
             walk_state w;
             positions(k0, m, out, w);
@@ -117,27 +121,24 @@ struct layerwise {
                 for (std::size_t j = 0; j < m; ++j) out[j] = (*this)(k0 + j);
                 return;
             }
-            detail::random_u64_run(seed, stream, k0, m, out);
             // The tensor holding k0 - 1 is at or before the one holding k0: walk on from it.
             std::uint32_t lo = k0 == w.resume_at ? w.tensor : tensor_holding(k0);
-            // The current tensor's range lives in locals: out may alias the offsets as far as
-            // the compiler knows, which would otherwise reload them for every value.
-            std::size_t next = lo + 1 < layout.count ? cumulative(lo + 1) : ~std::size_t{0};
-            std::size_t begin = layout.offsets[lo];
-            std::size_t extent = layout.offsets[lo + 1] - begin;
-            for (std::size_t j = 0; j < m; ++j) {
+            std::size_t j = 0;
+            while (j < m) {
                 const std::size_t k = k0 + j;
                 // Tensors whose share is empty have cumulative(i + 1) == cumulative(i): skip them
                 // too, as the binary search (last i with cumulative(i) <= k) would.
-                if (next <= k) {
-                    do {
-                        ++lo;
-                        next = lo + 1 < layout.count ? cumulative(lo + 1) : ~std::size_t{0};
-                    } while (next <= k);
-                    begin = layout.offsets[lo];
-                    extent = layout.offsets[lo + 1] - begin;
+                std::size_t next = lo + 1 < layout.count ? cumulative(lo + 1) : ~std::size_t{0};
+                while (next <= k) {
+                    ++lo;
+                    next = lo + 1 < layout.count ? cumulative(lo + 1) : ~std::size_t{0};
                 }
-                out[j] = begin + static_cast<std::size_t>(bounded(out[j], extent));
+                const std::size_t begin = layout.offsets[lo];
+                const std::size_t extent = layout.offsets[lo + 1] - begin;
+                const std::size_t run = next - k < m - j ? next - k : m - j;
+                tensor_permutation(lo, extent).images(k - cumulative(lo), run, out + j);
+                for (std::size_t r = 0; r < run; ++r) out[j + r] += begin;
+                j += run;
             }
             w.tensor = lo;
             w.resume_at = k0 + m;
@@ -159,6 +160,14 @@ struct layerwise {
             sel.size = static_cast<std::size_t>(std::floor(ctx.fraction * static_cast<double>(n) + sel.phase));
         }
         return sel;
+    }
+
+    // The most values an exchange at a fraction up to p of n positions moves: round(p·n)
+    // for a window, floor(p·n + phase) <= floor(p·n) + 1 per tensor.
+    std::size_t max_count(double p, std::size_t n) const {
+        if (how == mode::rotating) return detail::fraction_count(p, n);
+        const auto c = static_cast<std::size_t>(std::floor(p * static_cast<double>(n))) + 1;
+        return c < n ? c : n;
     }
 
     void describe(config_record& rec) const {

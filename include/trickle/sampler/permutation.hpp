@@ -48,6 +48,9 @@ struct permutation {
         return sel;
     }
 
+    // The most values an exchange at a fraction up to p of n positions moves.
+    std::size_t max_count(double p, std::size_t n) const { return p_count(p, n); }
+
     void describe(config_record& rec) const {
         rec.add("sampler", name);
         rec.add("sampler_cycle", cycle);

@@ -15,7 +15,7 @@
 //                               each other in the flat space
 #pragma once
 
-#include <trickle/algorithm/agreement.hpp>
+#include <trickle/core/config_record.hpp>
 #include <trickle/config.hpp>
 #include <trickle/core/philox.hpp>
 #include <trickle/kernels/flat_view.hpp>
@@ -56,6 +56,12 @@ concept selection = std::is_trivially_copyable_v<S> && requires(const S& s, std:
 //   selection auto select(const sampler_context&)    may update the sampler's own state
 //   void describe(config_record&) const              its parameters, and set_error() for bad ones
 // and, when it keeps state between exchanges, save(std::ostream&) const / load(std::istream&).
+// Optional members that the CUDA path uses:
+//   std::size_t max_count(double p, std::size_t n) const   the most values an exchange at a
+//       fraction up to p moves (buffers are sized with it at construction; without it, n);
+//   static TRICKLE_HOST_DEVICE void rekey(selection&, seed, step)   the selection of another
+//       step at the same fraction, for stateless samplers: lets the device derive each
+//       step's selection from a step counter in device memory (CUDA graph replay).
 template <class S>
 concept sampler_policy = std::copy_constructible<S> &&
                   requires(S& s, const S& cs, const sampler_context& ctx, config_record& rec) {
@@ -79,6 +85,15 @@ enum class stream_tag : std::uint64_t {
 // A Philox stream id for (purpose, index): the tag in the top byte, the index below.
 TRICKLE_HOST_DEVICE std::uint64_t stream_id(stream_tag tag, std::uint64_t index) {
     return (static_cast<std::uint64_t>(tag) << 56) ^ (index & 0x00ffffffffffffffull);
+}
+
+// Values a buffer needs for any exchange of sampler s at a fraction up to p of n positions.
+template <class S>
+std::size_t selection_capacity(const S& s, double p, std::size_t n) {
+    if constexpr (requires { { s.max_count(p, n) } -> std::convertible_to<std::size_t>; })
+        return s.max_count(p, n);
+    else
+        return n;
 }
 
 // Rounds p * n to the nearest count, at least 1 and at most n.

@@ -31,10 +31,20 @@ struct uniform {
 
     selection_type select(const sampler_context& ctx) const {
         const std::size_t n = ctx.layout.total;
-        return selection_type{
-            feistel_permutation(n, mix64(ctx.seed ^ detail::stream_id(detail::stream_tag::uniform, ctx.step))), 0,
-            detail::fraction_count(ctx.fraction, n)};
+        selection_type sel{feistel_permutation(n, 0), 0, detail::fraction_count(ctx.fraction, n)};
+        rekey(sel, ctx.seed, ctx.step);
+        return sel;
     }
+
+    // The selection of another step with the same fraction: only the permutation's key
+    // depends on the step (the device re-keys from a step counter in device memory, which
+    // lets a captured CUDA graph advance by itself).
+    TRICKLE_HOST_DEVICE static void rekey(selection_type& sel, std::uint64_t seed, std::uint64_t step) {
+        sel.perm = feistel_permutation(sel.perm.n, mix64(seed ^ detail::stream_id(detail::stream_tag::uniform, step)));
+    }
+
+    // The most values an exchange at a fraction up to p of n positions moves.
+    std::size_t max_count(double p, std::size_t n) const { return detail::fraction_count(p, n); }
 
     void describe(config_record& rec) const { rec.add("sampler", name); }
 };

@@ -7,7 +7,7 @@
 // cosine decay from the base fraction to end_fraction do that.
 #pragma once
 
-#include <trickle/algorithm/agreement.hpp>
+#include <trickle/core/config_record.hpp>
 #include <trickle/config.hpp>
 
 #include <cmath>
@@ -24,6 +24,9 @@ TRICKLE_NAMESPACE_BEGIN
 //   static constexpr const char* name
 //   double fraction(std::uint64_t step, double base) const    in (0, 1] for valid parameters
 //   void describe(config_record&) const                       its parameters; set_error() for bad ones
+// and, optionally, double max_fraction(double base) const: the largest fraction it ever
+// gives, from which algorithms size their buffers at construction (without it they size
+// them for the whole group).
 template <class S>
 concept schedule_policy = std::copy_constructible<S> && requires(const S& s, std::uint64_t step, double base,
                                                           config_record& rec) {
@@ -34,6 +37,15 @@ concept schedule_policy = std::copy_constructible<S> && requires(const S& s, std
 
 namespace detail {
 inline bool valid_fraction(double p) { return std::isfinite(p) && p > 0.0 && p <= 1.0; }
+
+// The largest fraction a schedule gives for base fraction `base`, clipped to (0, 1]; 1
+// when the schedule cannot say.
+template <class S>
+double schedule_max_fraction(const S& s, double base) {
+    double p = 1.0;
+    if constexpr (requires { { s.max_fraction(base) } -> std::convertible_to<double>; }) p = s.max_fraction(base);
+    return valid_fraction(p) ? p : 1.0;
+}
 
 // The fields and checks shared by the schedules that decay to end_fraction over `steps`.
 inline void describe_decay(config_record& rec, const char* name, double end_fraction, std::uint64_t steps) {
@@ -50,6 +62,7 @@ namespace schedule {
 struct constant {
     static constexpr const char* name = "constant";
     double fraction(std::uint64_t, double base) const { return base; }
+    double max_fraction(double base) const { return base; }
     void describe(config_record& rec) const { rec.add("schedule", name); }
 };
 
@@ -64,6 +77,7 @@ struct linear {
         const double t = static_cast<double>(step) / static_cast<double>(steps);
         return base + (end_fraction - base) * t;
     }
+    double max_fraction(double base) const { return base > end_fraction ? base : end_fraction; }
     void describe(config_record& rec) const { detail::describe_decay(rec, name, end_fraction, steps); }
 };
 
@@ -78,6 +92,7 @@ struct cosine {
         const double t = static_cast<double>(step) / static_cast<double>(steps);
         return end_fraction + (base - end_fraction) * 0.5 * (1.0 + std::cos(std::numbers::pi * t));
     }
+    double max_fraction(double base) const { return base > end_fraction ? base : end_fraction; }
     void describe(config_record& rec) const { detail::describe_decay(rec, name, end_fraction, steps); }
 };
 
@@ -94,6 +109,11 @@ struct piecewise {
             p = f;
         }
         return p;
+    }
+    double max_fraction(double base) const {
+        double m = base;
+        for (const auto& point : points) m = point.second > m ? point.second : m;
+        return m;
     }
     void describe(config_record& rec) const {
         rec.add("schedule", name);
@@ -122,6 +142,10 @@ struct warmup {
         const double target = then.fraction(steps, base);
         const double t = static_cast<double>(step) / static_cast<double>(steps);
         return start_fraction + (target - start_fraction) * t;
+    }
+    double max_fraction(double base) const {
+        const double then_max = detail::schedule_max_fraction(then, base);
+        return start_fraction > then_max ? start_fraction : then_max;
     }
     void describe(config_record& rec) const {
         rec.add("schedule", name).add("warmup_steps", steps).add("start_fraction", start_fraction);

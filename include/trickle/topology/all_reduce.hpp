@@ -1,7 +1,7 @@
 // trickle/topology/all_reduce.hpp: the exact mean over all workers, in one all-reduce call.
 #pragma once
 
-#include <trickle/algorithm/agreement.hpp>
+#include <trickle/core/config_record.hpp>
 #include <trickle/config.hpp>
 #include <trickle/exec/workspace.hpp>
 #include <trickle/topology/topology.hpp>
@@ -16,6 +16,7 @@ namespace topology {
 // buffer. Each worker sends and receives about 2(N-1)/N of the buffer (ring model).
 struct all_reduce {
     static constexpr const char* name = "all_reduce";
+    static constexpr int scratch_buffers = 0; // workspace slots reduce() uses beyond the buffer
 
     template <class Exec, class Comm, class Space>
     int reduce(const Exec&, Comm& comm, float* buf, std::size_t n, workspace<float, Space, 4>&) const {

@@ -1,7 +1,7 @@
 // trickle/topology/ring.hpp: gossip on a ring: each worker averages with its two neighbours.
 #pragma once
 
-#include <trickle/algorithm/agreement.hpp>
+#include <trickle/core/config_record.hpp>
 #include <trickle/config.hpp>
 #include <trickle/exec/execution_space.hpp>
 #include <trickle/exec/workspace.hpp>
@@ -23,6 +23,7 @@ namespace topology {
 // nothing moves.
 struct ring {
     static constexpr const char* name = "ring";
+    static constexpr int scratch_buffers = 2; // workspace slots 2 and 3: the neighbours' buffers
 
     template <class Exec, class Comm, class Space>
     int reduce(const Exec& ex, Comm& comm, float* buf, std::size_t n, workspace<float, Space, 4>& ws) const {

@@ -1,8 +1,7 @@
-// trickle/outer/rule.hpp: the per-element update rule of an outer optimizer, and where its state lives.
+// trickle/kernels/outer_rule.hpp: the per-element update rule of an outer optimizer, and where its state lives.
 //
-// This header is deliberately light (core only): the DiLoCo kernel bodies in
-// kernels/diloco.hpp include it, while the optimizers themselves (outer/*.hpp) also need
-// the configuration record of the algorithm layer.
+// It lives in the kernels layer because the DiLoCo kernel bodies (kernels/diloco.hpp) apply
+// rules; the optimizers that prepare them (outer/*.hpp, a policy layer) include it.
 #pragma once
 
 #include <trickle/config.hpp>

@@ -1,0 +1,67 @@
+#!/usr/bin/env python3
+"""Fails when a trickle header includes a header of a higher layer.
+
+The layers, lowest first (docs/concepts.md, "Layers"):
+  core      config.hpp, error.hpp, core.hpp, core/
+  exec      exec.hpp, exec/
+  kernels   kernels.hpp, kernels/
+  comm      comm.hpp, comm/
+  policies  sampler, schedule, topology, outer, codec (each folder and its umbrella header)
+  algorithm algorithm.hpp, algorithm/
+  umbrella  trickle.hpp
+A header may include its own layer and the layers below it; policies may include each
+other (a topology calls a communicator and may reuse a sampler's helpers, never an
+algorithm). Usage: check_layers.py [include-dir]   (default: include/ beside this script)
+"""
+import pathlib
+import re
+import sys
+
+LAYERS = ["core", "exec", "kernels", "comm", "policies", "algorithm", "umbrella"]
+POLICIES = {"sampler", "schedule", "topology", "outer", "codec"}
+INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]trickle/([^>"]+)[>"]', re.M)
+
+
+def layer_of(rel: str) -> str:
+    """The layer of a header path relative to include/trickle/."""
+    top = rel.split("/", 1)[0]
+    stem = top[:-4] if top.endswith(".hpp") else top
+    if stem in ("config", "error", "core"):
+        return "core"
+    if stem in POLICIES:
+        return "policies"
+    if stem == "trickle":
+        return "umbrella"
+    if stem in LAYERS:
+        return stem
+    raise SystemExit(f"check_layers: {rel} belongs to no known layer; add it to scripts/check_layers.py")
+
+
+def main() -> int:
+    root = pathlib.Path(sys.argv[1]) if len(sys.argv) > 1 else pathlib.Path(__file__).resolve().parent.parent / "include"
+    base = root / "trickle"
+    if not base.is_dir():
+        print(f"check_layers: no trickle headers under {root}", file=sys.stderr)
+        return 2
+    bad = []
+    headers = sorted(base.rglob("*.hpp")) + sorted(base.rglob("*.cuh"))
+    for path in headers:
+        rel = path.relative_to(base).as_posix()
+        mine = LAYERS.index(layer_of(rel))
+        for m in INCLUDE.finditer(path.read_text()):
+            target = m.group(1)
+            theirs = LAYERS.index(layer_of(target))
+            if theirs > mine:
+                bad.append(f"{rel} ({LAYERS[mine]}) includes {target} ({LAYERS[theirs]})")
+    if bad:
+        print("check_layers: includes that point up the layer order core -> exec -> kernels -> comm -> "
+              "policies -> algorithm:")
+        for b in bad:
+            print("  " + b)
+        return 1
+    print(f"check_layers: {len(headers)} headers, every include points down or sideways")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
