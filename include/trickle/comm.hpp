@@ -3,5 +3,6 @@
 
 #include <trickle/comm/communicator.hpp>
 #include <trickle/comm/local.hpp>
+#include <trickle/comm/local_cuda.hpp>
 #include <trickle/comm/mpi.hpp>
 #include <trickle/comm/nccl.hpp>
