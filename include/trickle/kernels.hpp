@@ -9,4 +9,5 @@
 #include <trickle/kernels/outer_rule.hpp>
 #include <trickle/kernels/plan.hpp>
 #include <trickle/kernels/prune.hpp>
+#include <trickle/kernels/reduce.hpp>
 #include <trickle/kernels/sparse_exchange.hpp>
