@@ -110,13 +110,7 @@ public:
         agree(comm_, rec);
         check_weights();
         n_ = group.total_size();
-        if constexpr (on_device) {
-            ex_ = detail::algorithm_exec(comm_, group, kind);
-            flat_ = flat_params<T, Space>(group, ex_);
-            ws_.bind(ex_);
-        } else {
-            flat_ = flat_params<T, Space>(group);
-        }
+        ex_ = detail::place_group(comm_, group, kind, flat_, ws_);
         allocate();
         dense_per_step_ = detail::all_reduce_bytes(n_, sizeof(float), comm_.size(), comm_.rank());
         if constexpr (on_device) {

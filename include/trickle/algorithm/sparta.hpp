@@ -119,13 +119,7 @@ public:
         config_record rec = describe(group);
         agree(comm_, rec);
         config_hash_ = detail::fnv1a(rec.serialize());
-        if constexpr (on_device) {
-            ex_ = detail::algorithm_exec(comm_, group, kind);
-            flat_ = flat_params<T, Space>(group, ex_);
-            ws_.bind(ex_);
-        } else {
-            flat_ = flat_params<T, Space>(group);
-        }
+        ex_ = detail::place_group(comm_, group, kind, flat_, ws_);
         dense_per_step_ = detail::all_reduce_bytes(group.total_size(), sizeof(float), comm_.size(), comm_.rank());
         allocate();
     }

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <trickle/comm/communicator.hpp>
+#include <trickle/comm/thread_barrier.hpp>
 #include <trickle/config.hpp>
 #include <trickle/core/memory_space.hpp>
 #include <trickle/error.hpp>
@@ -34,7 +35,7 @@ public:
     // size >= 1 workers. A collective that waits longer than `timeout` for its peers
     // throws trickle::comm_error on the ranks that arrived (zero means wait forever).
     explicit local_world(int size, std::chrono::milliseconds timeout = std::chrono::milliseconds{0})
-        : size_(size), timeout_(timeout), slots_(size > 0 ? static_cast<std::size_t>(size) : 0) {
+        : size_(size), slots_(size > 0 ? static_cast<std::size_t>(size) : 0), barrier_("comm::local", size, timeout) {
         require(size >= 1, "comm::local_world: size must be >= 1, got ", size);
     }
 
@@ -48,19 +49,9 @@ public:
 
     // Wakes every rank waiting in a collective with trickle::comm_error. Call it when a
     // worker fails, so its peers do not wait for it forever. Irreversible.
-    void abort(std::string why = "a peer aborted") {
-        std::lock_guard lock(mutex_);
-        if (!aborted_) {
-            aborted_ = true;
-            abort_reason_ = std::move(why);
-        }
-        cv_.notify_all();
-    }
+    void abort(std::string why = "a peer aborted") { barrier_.abort(std::move(why)); }
 
-    bool aborted() const {
-        std::lock_guard lock(mutex_);
-        return aborted_;
-    }
+    bool aborted() const { return barrier_.aborted(); }
 
 private:
     friend class local;
@@ -75,39 +66,11 @@ private:
     };
 
     // All ranks meet here; throws comm_error after abort() or a time-out.
-    void arrive_and_wait(const char* op) {
-        std::unique_lock lock(mutex_);
-        if (aborted_) throw comm_error(std::string("comm::local ") + op + ": " + abort_reason_);
-        const std::uint64_t gen = generation_;
-        if (++arrived_ == size_) {
-            arrived_ = 0;
-            ++generation_;
-            cv_.notify_all();
-            return;
-        }
-        auto released = [&] { return generation_ != gen || aborted_; };
-        if (timeout_.count() > 0) {
-            if (!cv_.wait_for(lock, timeout_, released)) {
-                aborted_ = true;
-                abort_reason_ = std::string("timed out in ") + op + " waiting for peers";
-                cv_.notify_all();
-            }
-        } else {
-            cv_.wait(lock, released);
-        }
-        if (generation_ == gen) // released by abort, not by the last arrival
-            throw comm_error(std::string("comm::local ") + op + ": " + abort_reason_);
-    }
+    void arrive_and_wait(const char* op) { barrier_.arrive_and_wait(op); }
 
     int size_;
-    std::chrono::milliseconds timeout_;
     std::vector<slot> slots_;
-    mutable std::mutex mutex_;
-    std::condition_variable cv_;
-    int arrived_ = 0;
-    std::uint64_t generation_ = 0;
-    bool aborted_ = false;
-    std::string abort_reason_;
+    detail::thread_barrier barrier_;
 };
 
 // One worker's handle on a local_world: a trickle::communicator over host memory.

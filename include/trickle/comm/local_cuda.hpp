@@ -16,6 +16,7 @@
 #if TRICKLE_HAS_CUDA
 
 #include <trickle/comm/communicator.hpp>
+#include <trickle/comm/thread_barrier.hpp>
 #include <trickle/core/memory_space.hpp>
 #include <trickle/error.hpp>
 #include <trickle/exec/cuda.hpp>
@@ -115,7 +116,7 @@ public:
     // waits longer than `timeout` for its peers throws trickle::comm_error on the ranks
     // that arrived and aborts the world (zero means wait forever).
     local_cuda_world(int size, int device, std::chrono::milliseconds timeout = std::chrono::milliseconds{0})
-        : size_(size), device_(device), timeout_(timeout) {
+        : size_(size), device_(device), barrier_("comm::local_cuda", size, timeout) {
         require(size >= 1 && size <= max_size, "comm::local_cuda_world: size must be in [1, ", max_size, "], got ",
                 size);
         int devices = 0;
@@ -154,19 +155,9 @@ public:
 
     // Wakes every rank waiting in a collective with trickle::comm_error. Call it when a
     // worker fails, so its peers do not wait for it forever. Irreversible.
-    void abort(std::string why = "a peer aborted") {
-        std::lock_guard lock(mutex_);
-        if (!aborted_) {
-            aborted_ = true;
-            abort_reason_ = std::move(why);
-        }
-        cv_.notify_all();
-    }
+    void abort(std::string why = "a peer aborted") { barrier_.abort(std::move(why)); }
 
-    bool aborted() const {
-        std::lock_guard lock(mutex_);
-        return aborted_;
-    }
+    bool aborted() const { return barrier_.aborted(); }
 
 private:
     friend class local_cuda;
@@ -182,30 +173,8 @@ private:
         int bad = 0;            // local_cuda::slot_ok, slot_bad_argument or slot_bad_peer
     };
 
-    // All ranks meet here; throws comm_error after abort() or a time-out (as local_world).
-    void arrive_and_wait(const char* op) {
-        std::unique_lock lock(mutex_);
-        if (aborted_) throw comm_error(std::string("comm::local_cuda ") + op + ": " + abort_reason_);
-        const std::uint64_t gen = generation_;
-        if (++arrived_ == size_) {
-            arrived_ = 0;
-            ++generation_;
-            cv_.notify_all();
-            return;
-        }
-        auto released = [&] { return generation_ != gen || aborted_; };
-        if (timeout_.count() > 0) {
-            if (!cv_.wait_for(lock, timeout_, released)) {
-                aborted_ = true;
-                abort_reason_ = std::string("timed out in ") + op + " waiting for peers";
-                cv_.notify_all();
-            }
-        } else {
-            cv_.wait(lock, released);
-        }
-        if (generation_ == gen) // released by abort, not by the last arrival
-            throw comm_error(std::string("comm::local_cuda ") + op + ": " + abort_reason_);
-    }
+    // All ranks meet here; throws comm_error after abort() or a time-out.
+    void arrive_and_wait(const char* op) { barrier_.arrive_and_wait(op); }
 
     void destroy_events() noexcept {
         for (cudaEvent_t& e : ready_)
@@ -216,16 +185,10 @@ private:
 
     int size_;
     int device_;
-    std::chrono::milliseconds timeout_;
     std::vector<slot> slots_;
     std::vector<cudaEvent_t> ready_; // ready_[r]: recorded by rank r only, before barrier 1
     std::vector<cudaEvent_t> done_;  // done_[r]: recorded by rank r only, between barriers 1 and 2
-    mutable std::mutex mutex_;
-    std::condition_variable cv_;
-    int arrived_ = 0;
-    std::uint64_t generation_ = 0;
-    bool aborted_ = false;
-    std::string abort_reason_;
+    detail::thread_barrier barrier_;
 };
 
 // One worker's handle on a local_cuda_world: a trickle::communicator over device memory

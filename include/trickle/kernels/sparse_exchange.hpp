@@ -1,18 +1,20 @@
 // trickle/kernels/sparse_exchange.hpp: kernel bodies of one sparse exchange: gather, scatter, neighbour sums.
 //
 // Two shapes of the same gather and scatter:
-//   gather_body / scatter_body              one position per index: the simplest form, and
-//                                           what a CUDA thread runs for random positions;
-//   gather_range_body / scatter_range_body  `range` consecutive values per index, which
-//                                           lets a call use what the selection knows:
+//   gather_body / scatter_body              one position per index: the reference form,
+//                                           which every faster path is checked against;
+//   gather_range_body / scatter_range_body  run(k0, k1) over consecutive values, chunked by
+//                                           range_body (kernels/chunking.hpp), which lets a
+//                                           host call use what the selection knows:
 //     - contiguous runs (block, rotating window): one sampler lookup and one segment
 //       lookup per run, then a loop the compiler vectorizes like a copy;
-//     - random positions on the host: positions computed in bulk (SIMD Philox), then
-//       each address resolved (a bucket table, not a binary search) and prefetched a
-//       fixed distance ahead of its load or store, so a few dozen cache misses stay in
-//       flight instead of the one or two an out-of-order core overlaps while it is busy
-//       with the arithmetic of the next position.
-// Both shapes write the same values to the same places, in the same order within a call.
+//     - random positions: positions computed in bulk (Feistel permutations in SIMD
+//       lanes), then each address resolved (a bucket table, not a binary search) and
+//       prefetched a fixed distance ahead of its load or store, so a few dozen cache misses
+//       stay in flight instead of the one or two an out-of-order core overlaps while it is
+//       busy with the arithmetic of the next position.
+// Both shapes write the same values to the same places. The CUDA path moves the same values
+// its own way (kernels/device_exchange.hpp), from the same selections and segment tables.
 #pragma once
 
 #include <trickle/config.hpp>

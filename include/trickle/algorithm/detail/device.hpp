@@ -1,6 +1,7 @@
 // trickle/algorithm/detail/device.hpp: where an algorithm's CUDA work runs: the parameters' device and the communicator's stream.
 #pragma once
 
+#include <trickle/algorithm/flat_params.hpp>
 #include <trickle/config.hpp>
 #include <trickle/core/memory_space.hpp>
 #include <trickle/core/param_group.hpp>
@@ -8,6 +9,7 @@
 #include <trickle/exec/cuda.hpp>
 
 #include <cstdint>
+#include <type_traits>
 
 TRICKLE_NAMESPACE_BEGIN
 
@@ -49,6 +51,24 @@ exec::cuda algorithm_exec(Comm& comm, const param_group<T, cuda_space>& group, c
     (void)comm, (void)group;
     throw invalid_argument(concat(kind, ": CUDA parameters need the CUDA runtime (link trickle::cuda)"));
 #endif
+}
+
+// Builds the group's segment and offset tables where its kernels run, and binds the
+// workspace: on the communicator's stream for cuda_space (returning that exec::cuda), in
+// host memory otherwise (returning an exec::cuda that is never used).
+template <class Comm, class T, class Space, class Workspace>
+exec::cuda place_group(Comm& comm, const param_group<T, Space>& group, const char* kind, flat_params<T, Space>& flat,
+                       Workspace& ws) {
+    if constexpr (std::is_same_v<Space, cuda_space>) {
+        const exec::cuda ex = algorithm_exec(comm, group, kind);
+        flat = flat_params<T, Space>(group, ex);
+        ws.bind(ex);
+        return ex;
+    } else {
+        (void)comm, (void)kind, (void)ws;
+        flat = flat_params<T, Space>(group);
+        return exec::cuda{};
+    }
 }
 
 // Checks that a step's exec::cuda runs where the algorithm was built to run.
