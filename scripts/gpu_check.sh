@@ -4,9 +4,10 @@
 #   scripts/gpu_check.sh OUTDIR
 #
 # 1. Records the GPU (nvidia-smi) in OUTDIR/machine.txt.
-# 2. Uses the CUDA build in BUILD_DIR (default build/cuda, made by `cmake --preset cuda`
-#    and `cmake --build --preset cuda --target trickle_cuda_checks` on a machine without a
-#    GPU and carried here), or builds it when nvcc and cmake are present and it is missing.
+# 2. Uses the CUDA binaries in BUILD_DIR (default build/gpu, which scripts/gpu_bundle.sh
+#    makes from the cuda preset's build on a machine without a GPU, small enough to carry
+#    to the GPU machine; else build/cuda), or builds them when nvcc and cmake are present
+#    and they are missing.
 # 3. Runs every CUDA test (ctest -L cuda): the kernel bodies against the host, comm::nccl,
 #    comm::local_cuda, N workers on one GPU giving exactly the host's replicas for every
 #    sampler, both topologies, DiLoCo and SPARTA + DiLoCo (test_device_sparta, test_device_diloco), a SPARTA step
@@ -27,7 +28,11 @@ fi
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 mkdir -p "$1"
 out=$(cd "$1" && pwd)
-build=${BUILD_DIR:-$root/build/cuda}
+build=${BUILD_DIR:-}
+if [[ -z "$build" ]]; then
+    build=$root/build/gpu # made by scripts/gpu_bundle.sh: the binaries alone, small enough to carry
+    [[ -d "$build" ]] || build=$root/build/cuda
+fi
 start=$(date +%s)
 status=0
 log() { echo "[gpu_check $(( $(date +%s) - start ))s] $*" | tee -a "$out/gpu_check.log"; }
@@ -48,6 +53,7 @@ log "GPU: $gpu"
 
 # 2. The build.
 if [[ ! -x "$build/tests/cuda/test_device_sparta" ]]; then
+    build=$root/build/cuda
     if command -v cmake > /dev/null && { command -v nvcc > /dev/null || [[ -x /usr/local/cuda/bin/nvcc ]]; }; then
         log "no CUDA build in $build: building it (sm_90 only, to save time)"
         timeout 300 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DTRICKLE_ENABLE_CUDA=ON \
@@ -60,20 +66,33 @@ if [[ ! -x "$build/tests/cuda/test_device_sparta" ]]; then
     fi
 fi
 
-# 3. Every CUDA test.
-log "ctest -L cuda"
-if command -v ctest > /dev/null; then
-    timeout 240 ctest --test-dir "$build" -L cuda --output-on-failure --timeout 200 > "$out/ctest.txt" 2>&1 || status=1
-else
-    # No ctest on this machine: run the test binaries themselves.
-    : > "$out/ctest.txt"
-    for t in "$build"/tests/cuda/test_*; do
-        [[ -x "$t" && -f "$t" ]] || continue
-        echo "== $t" >> "$out/ctest.txt"
-        timeout 200 "$t" >> "$out/ctest.txt" 2>&1 || { rc=$?; [[ $rc == 77 ]] || status=1; echo "exit $rc" >> "$out/ctest.txt"; }
-    done
+# The carried runtime libraries, and NCCL wherever this machine keeps it.
+export LD_LIBRARY_PATH="$build/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+if ! ldconfig -p 2> /dev/null | grep -q libnccl.so.2; then
+    nccl_dir=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' 2> /dev/null || true)
+    [[ -n "$nccl_dir" && -d "$nccl_dir" ]] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$nccl_dir"
+    for d in /usr/local/cuda/lib64 /usr/local/cuda/lib; do [[ -d $d ]] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$d"; done
 fi
-tail -25 "$out/ctest.txt" | tee -a "$out/gpu_check.log"
+log "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+
+# 3. Every CUDA test: the binaries themselves (ctest files hold the build machine's paths,
+#    which a carried build does not keep).
+log "CUDA tests"
+: > "$out/ctest.txt"
+passed=0 failed=0 skipped=0
+for t in "$build"/tests/cuda/test_* "$build"/examples/04_gpu_workers/gpu_workers; do
+    [[ -x "$t" && -f "$t" ]] || continue
+    name=$(basename "$t")
+    echo "== $name" >> "$out/ctest.txt"
+    timeout 200 "$t" >> "$out/ctest.txt" 2>&1
+    rc=$?
+    case $rc in
+        0) passed=$((passed + 1)); echo "$name: passed" >> "$out/ctest.txt" ;;
+        77) skipped=$((skipped + 1)); echo "$name: skipped" >> "$out/ctest.txt" ;;
+        *) failed=$((failed + 1)); status=1; echo "$name: FAILED (exit $rc)" >> "$out/ctest.txt" ;;
+    esac
+done
+echo "$passed passed, $failed failed, $skipped skipped" | tee -a "$out/ctest.txt" "$out/gpu_check.log"
 
 # 4. Benchmarks at three sizes.
 bench="$build/benchmarks/bench_cuda"
@@ -97,7 +116,7 @@ fi
     echo "## Tests"
     echo
     echo '```'
-    grep -E "tests passed|tests failed|Passed|Failed|Skipped|\*\*\*" "$out/ctest.txt" | tail -40
+    grep -E ": (passed|FAILED|skipped)|passed, .* failed" "$out/ctest.txt" | tail -40
     echo '```'
     if [[ -s "$out/bench_cuda.json" ]] && command -v python3 > /dev/null; then
         echo

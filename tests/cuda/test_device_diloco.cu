@@ -160,6 +160,12 @@ TEST_CASE("the legacy default stream and a foreign device are refused at constru
     cudaStream_t stream;
     TRICKLE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     dc.stream_ = stream;
+    {
+        // A step that names another device than the parameters' is refused.
+        engine e(dg, dc, {.fraction = 0.01});
+        CHECK_THROWS_AS(e.step(exec::cuda{stream, devices}), invalid_argument);
+        CHECK(e.stats().steps == 0);
+    }
     dc.device_ = devices; // no such device
     CHECK_THROWS_AS(engine(dg, dc, {.fraction = 0.01}), invalid_argument);
     cudaStreamDestroy(stream);

@@ -71,6 +71,11 @@ TEST_CASE("sparta: the exchange buffer is sized at construction for the schedule
         for (int t = 0; t < 20; ++t) s.step(exec::host{});
         CHECK(s.capacity() == 500);
         CHECK(s.stats().last_values == 500);
+        // Graph replays are a CUDA matter: a host engine refuses to account for them.
+        CHECK(!s.replayable());
+        const auto before = s.stats();
+        CHECK_THROWS_AS(s.replayed(1), invalid_argument);
+        CHECK(s.stats().steps == before.steps);
     });
 }
 

@@ -134,10 +134,10 @@ public:
     void step(const Exec& ex) {
         static_assert(can_access_v<Exec, Space>, "diloco::step: this execution space cannot reach the parameters");
         detail::check_same_stream(comm_, ex, kind);
+        if constexpr (std::is_same_v<Exec, exec::cuda>) detail::check_step_exec(ex, ex_, kind);
         const std::uint64_t t = stats_.steps;
         if ((t + 1) % options_.interval == 0) {
             if constexpr (std::is_same_v<Exec, exec::cuda>) {
-                detail::check_step_exec(ex, ex_, kind);
                 outer_step_cuda(ex);
             } else {
                 outer_step(ex);

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# scripts/gpu_bundle.sh: the CUDA test, example and benchmark binaries of build/cuda, copied
+# alone into build/gpu (about 25 MB instead of the build tree's 70), for a session that
+# carries them to a GPU machine and runs scripts/gpu_check.sh there.
+#
+#   cmake --preset cuda -DTRICKLE_BUILD_BENCHMARKS=ON && cmake --build --preset cuda --target trickle_cuda_checks
+#   scripts/gpu_bundle.sh            # then: run scripts/gpu_check.sh OUT, carrying build/gpu
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+src=${1:-$root/build/cuda}
+dst=$root/build/gpu
+[[ -x "$src/tests/cuda/test_device_sparta" ]] || { echo "$0: no CUDA build in $src (see the usage above)" >&2; exit 1; }
+rm -rf "$dst"
+mkdir -p "$dst/tests/cuda" "$dst/examples/04_gpu_workers" "$dst/benchmarks"
+for t in "$src"/tests/cuda/test_*; do
+    [[ -x "$t" && -f "$t" ]] && cp "$t" "$dst/tests/cuda/"
+done
+[[ -x "$src/examples/04_gpu_workers/gpu_workers" ]] && cp "$src/examples/04_gpu_workers/gpu_workers" "$dst/examples/04_gpu_workers/"
+[[ -x "$src/benchmarks/bench_cuda" ]] && cp "$src/benchmarks/bench_cuda" "$dst/benchmarks/"
+strip --strip-debug "$dst"/tests/cuda/* "$dst"/examples/04_gpu_workers/* "$dst"/benchmarks/* 2> /dev/null || true
+# The small shared libraries they need that a GPU machine may lack or hold in another
+# version (the CUDA runtime, Google Benchmark); NCCL is too large to carry: gpu_check.sh
+# looks for the GPU machine's own (its Python's nvidia-nccl wheel, say).
+mkdir -p "$dst/lib"
+for lib in libcudart.so.13 libbenchmark.so.1debian; do
+    path=$(ldd "$dst"/benchmarks/bench_cuda "$dst"/tests/cuda/test_device_sparta 2> /dev/null |
+        awk -v l="$lib" '$1 == l { print $3; exit }')
+    [[ -n "$path" && -f "$path" ]] && cp -L "$path" "$dst/lib/"
+done
+du -sh "$dst"
