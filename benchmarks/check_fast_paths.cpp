@@ -238,6 +238,24 @@ void check_feistel() {
         }
 }
 
+// The same for the 32-bit network of the layerwise sampler's tensor permutations, up to n = 2^32.
+void check_feistel32() {
+    std::vector<std::uint64_t> out(1000);
+    for (std::uint64_t n : {std::uint64_t{1}, std::uint64_t{2}, std::uint64_t{5}, std::uint64_t{1000},
+                            (std::uint64_t{1} << 20) + 1, std::uint64_t{786432}, (std::uint64_t{1} << 32) - 3,
+                            std::uint64_t{1} << 32})
+        for (std::uint64_t key : {std::uint64_t{0}, std::uint64_t{0x9e3779b97f4a7c15ull}}) {
+            const feistel32_permutation f(n, key);
+            for (std::uint64_t x0 : {std::uint64_t{0}, n / 2, n - std::min<std::uint64_t>(n, 37)}) {
+                const std::size_t m = static_cast<std::size_t>(std::min<std::uint64_t>(n - x0, out.size()));
+                f.images(x0, m, out.data());
+                bool same = true;
+                for (std::size_t j = 0; j < m; ++j) same = same && out[j] == f(x0 + j) && out[j] < n;
+                expect(same, "feistel32 images n " + std::to_string(n) + " x0 " + std::to_string(x0));
+            }
+        }
+}
+
 // The bf16 store of the scatter runs (vectorized, and on x86-64 the version picked for
 // this CPU) against the scalar conversion, for every sign, exponent and high mantissa,
 // with low halves at the rounding edges.
@@ -259,6 +277,7 @@ int main() {
     check_bf16_rounding();
     check_philox_lanes();
     check_feistel();
+    check_feistel32();
     check_dtype<float>();
     check_dtype<half>();
     check_dtype<bfloat16>();

@@ -35,6 +35,28 @@ TEST_CASE("feistel_permutation is a bijection of [0, n) for many n") {
     CHECK(same < 20);
 }
 
+TEST_CASE("feistel32_permutation is a bijection of [0, n) for many n, and keys change it") {
+    for (std::uint64_t n : {1ull, 2ull, 3ull, 4ull, 5ull, 17ull, 1000ull, 4096ull, 4097ull, 65537ull, 262145ull}) {
+        for (std::uint64_t key : {0ull, 1ull, 0xdeadbeefull}) {
+            const feistel32_permutation f(n, key);
+            std::vector<char> hit(n, 0);
+            for (std::uint64_t i = 0; i < n; ++i) {
+                const auto v = f(i);
+                REQUIRE(v < n);
+                REQUIRE(hit[v] == 0);
+                hit[v] = 1;
+            }
+        }
+    }
+    const feistel32_permutation a(1000, 1), b(1000, 2);
+    int same = 0;
+    for (std::uint64_t i = 0; i < 1000; ++i) same += a(i) == b(i);
+    CHECK(same < 20);
+    // The largest size it takes: images stay in range.
+    const feistel32_permutation big(std::uint64_t{1} << 32, 7);
+    for (std::uint64_t i : {0ull, 1ull, 12345ull, (1ull << 32) - 1}) CHECK(big(i) < (1ull << 32));
+}
+
 TEST_CASE("uniform: count, range, agreement between workers, spread") {
     const test_layout lay({1000, 37, 5000, 3963});
     const std::size_t n = 10000;

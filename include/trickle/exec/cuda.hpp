@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <type_traits>
+#include <vector>
 
 // The CUDA runtime's stream handle type, declared here so exec::cuda exists (and types
 // holding it look the same) in every translation unit, with or without the toolkit.
@@ -112,19 +113,25 @@ inline bool stream_capturing(cudaStream_t stream) {
 
 #if TRICKLE_CUDA_COMPILER
 // Blocks of `kernel` (launched with `threads` threads and no dynamic shared memory) that
-// fit on one multiprocessor of the current device: one occupancy query per kernel, device
-// and thread.
+// fit on one multiprocessor of the current device: one occupancy query per kernel,
+// thread count, device and host thread (kernels of one signature share a type, so the
+// cache is keyed by the kernel's address, not its type).
 template <class Kernel>
 int resident_blocks(Kernel kernel, int threads) {
     int device = 0;
     TRICKLE_CUDA_CHECK(cudaGetDevice(&device));
-    constexpr int cached = 64;
-    static thread_local int cache[cached] = {};
-    if (device >= 0 && device < cached && cache[device] != 0) return cache[device];
+    struct entry {
+        const void* kernel;
+        int threads, device, blocks;
+    };
+    static thread_local std::vector<entry> cache;
+    const void* key = reinterpret_cast<const void*>(kernel);
+    for (const entry& e : cache)
+        if (e.kernel == key && e.threads == threads && e.device == device) return e.blocks;
     int blocks = 0;
     TRICKLE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, 0));
     if (blocks < 1) blocks = 1;
-    if (device >= 0 && device < cached) cache[device] = blocks;
+    cache.push_back({key, threads, device, blocks});
     return blocks;
 }
 

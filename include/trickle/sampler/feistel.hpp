@@ -148,6 +148,152 @@ inline void feistel_permutation::images(std::uint64_t x0, std::size_t m, std::ui
     for (std::size_t t = j; t < m; ++t) out[t] = (*this)(x0 + t);
 }
 
+// A pseudo-random permutation of [0, n) for n <= 2^32: the construction of
+// feistel_permutation (four Feistel rounds on the smallest even number of bits that covers
+// n, cycle walking) on 32-bit words, with a 32-bit mixer (the MurmurHash3 finalizer) as the
+// round function. It serves the per-tensor permutations of the layerwise sampler, where a
+// tensor is always far below 2^32 elements: its rounds need only 32-bit multiplies, which
+// AVX-512F does natively in 16 lanes, against 8 lanes of emulated 64-bit multiplies for
+// feistel_permutation, so sampling without replacement inside tensors costs about what
+// the Philox draws it replaced cost. Host and device compute the same images.
+struct feistel32_permutation {
+    std::uint64_t n = 1;
+    std::uint32_t half_bits = 1;
+    std::uint32_t keys[4] = {0, 0, 0, 0};
+
+    feistel32_permutation() = default;
+
+    // size in [1, 2^32] (0 is taken as 1).
+    TRICKLE_HOST_DEVICE feistel32_permutation(std::uint64_t size, std::uint64_t key) : n(size == 0 ? 1 : size) {
+        std::uint32_t bits = 0;
+        while (bits < 32 && (n - 1) >> bits) ++bits;
+        if (bits < 2) bits = 2;
+        if (bits & 1u) ++bits;
+        half_bits = bits / 2;
+        for (int r = 0; r < 4; ++r)
+            keys[r] = static_cast<std::uint32_t>(mix64(key + 0x9e3779b97f4a7c15ull * static_cast<std::uint64_t>(r + 1)));
+    }
+
+    TRICKLE_HOST_DEVICE static std::uint32_t mix32(std::uint32_t x) {
+        x ^= x >> 16;
+        x *= 0x85ebca6bu;
+        x ^= x >> 13;
+        x *= 0xc2b2ae35u;
+        x ^= x >> 16;
+        return x;
+    }
+
+    TRICKLE_HOST_DEVICE std::uint32_t round_trip(std::uint32_t x) const {
+        const std::uint32_t mask = (1u << half_bits) - 1u; // half_bits <= 16
+        std::uint32_t left = x >> half_bits;
+        std::uint32_t right = x & mask;
+        for (int r = 0; r < 4; ++r) {
+            const std::uint32_t next = left ^ (mix32(right ^ keys[r]) & mask);
+            left = right;
+            right = next;
+        }
+        return (left << half_bits) | right;
+    }
+
+    // The image of x (x < n).
+    TRICKLE_HOST_DEVICE std::uint64_t operator()(std::uint64_t x) const {
+        std::uint32_t y = static_cast<std::uint32_t>(x);
+        do {
+            y = round_trip(y);
+        } while (y >= n);
+        return y;
+    }
+
+    // Host only: out[j] = (*this)(x0 + j) for j < m, sixteen at a time with AVX-512F where
+    // the CPU has it, one at a time otherwise.
+    void images(std::uint64_t x0, std::size_t m, std::uint64_t* out) const;
+};
+
+namespace detail {
+
+#if TRICKLE_PHILOX_SIMD
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+// The rounds of feistel32_permutation for sixteen values at once, walking in lanes while
+// more than four lanes walk, the rest one at a time (as feistel_images_avx512).
+__attribute__((target("avx512f"))) inline void feistel32_images_avx512(const feistel32_permutation& f, std::uint64_t x0,
+                                                                       std::size_t steps, std::uint64_t* out) {
+    const __m128i half = _mm_cvtsi32_si128(static_cast<int>(f.half_bits));
+    const __m512i mask = _mm512_set1_epi32(static_cast<int>((1u << f.half_bits) - 1u));
+    const __m512i last = _mm512_set1_epi32(static_cast<int>(static_cast<std::uint32_t>(f.n - 1))); // n <= 2^32
+    const __m512i c1 = _mm512_set1_epi32(static_cast<int>(0x85ebca6bu));
+    const __m512i c2 = _mm512_set1_epi32(static_cast<int>(0xc2b2ae35u));
+    __m512i key[4];
+    for (int r = 0; r < 4; ++r) key[r] = _mm512_set1_epi32(static_cast<int>(f.keys[r]));
+    const __m512i iota = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    alignas(64) std::uint32_t lanes[16];
+    for (std::size_t v = 0; v < steps; ++v) {
+        __m512i x = _mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(static_cast<std::uint32_t>(x0 + v * 16))), iota);
+        __mmask16 walking = 0xffff;
+        while (__builtin_popcount(walking) > 4) {
+            __m512i left = _mm512_srl_epi32(x, half);
+            __m512i right = _mm512_and_si512(x, mask);
+            for (int r = 0; r < 4; ++r) {
+                __m512i h = _mm512_xor_si512(right, key[r]);
+                h = _mm512_xor_si512(h, _mm512_srli_epi32(h, 16));
+                h = _mm512_mullo_epi32(h, c1);
+                h = _mm512_xor_si512(h, _mm512_srli_epi32(h, 13));
+                h = _mm512_mullo_epi32(h, c2);
+                h = _mm512_xor_si512(h, _mm512_srli_epi32(h, 16));
+                const __m512i next = _mm512_xor_si512(left, _mm512_and_si512(h, mask));
+                left = right;
+                right = next;
+            }
+            const __m512i y = _mm512_or_si512(_mm512_sll_epi32(left, half), right);
+            x = _mm512_mask_mov_epi32(x, walking, y);
+            walking = static_cast<__mmask16>(_mm512_cmpgt_epu32_mask(x, last) & walking); // still outside [0, n)
+        }
+        _mm512_store_si512(reinterpret_cast<void*>(lanes), x);
+        while (walking != 0) {
+            const auto lane = static_cast<std::size_t>(__builtin_ctz(walking));
+            walking = static_cast<__mmask16>(walking & (walking - 1));
+            std::uint32_t z = lanes[lane];
+            do {
+                z = f.round_trip(z);
+            } while (z >= f.n);
+            lanes[lane] = z;
+        }
+        for (int j = 0; j < 16; ++j) out[v * 16 + static_cast<std::size_t>(j)] = lanes[j];
+    }
+}
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
+inline bool feistel32_simd() {
+#if defined(__AVX512F__)
+    return true;
+#else
+    static const bool ok = [] {
+        __builtin_cpu_init();
+        return __builtin_cpu_supports("avx512f");
+    }();
+    return ok;
+#endif
+}
+#endif // TRICKLE_PHILOX_SIMD
+
+} // namespace detail
+
+inline void feistel32_permutation::images(std::uint64_t x0, std::size_t m, std::uint64_t* out) const {
+    std::size_t j = 0;
+#if TRICKLE_PHILOX_SIMD
+    if (detail::feistel32_simd()) {
+        detail::feistel32_images_avx512(*this, x0, m / 16, out);
+        j = m / 16 * 16;
+    }
+#endif
+    for (std::size_t t = j; t < m; ++t) out[t] = (*this)(x0 + t);
+}
+
 // A selection (sampler/sampler.hpp) made of `size` consecutive images of a Feistel
 // permutation, from image `start` on: value k sits at perm(start + k). All positions are
 // distinct, as perm is a bijection. The selection of both sampler::permutation (start = the

@@ -24,8 +24,9 @@ namespace sampler {
 // per_tensor (stratified): every exchange gives each tensor its own share of the
 //   positions: tensor i, holding flat indices [o_i, o_{i+1}), receives
 //   floor(p·o_{i+1} + u) - floor(p·o_i + u) distinct positions, drawn uniformly inside it
-//   without replacement (the first ones of a Feistel permutation of the tensor keyed by
-//   seed, step and tensor, so no position is ever written twice on any backend), where
+//   without replacement (the first images of a Feistel permutation of the tensor keyed by
+//   seed, step and tensor, feistel32_permutation, so no position is ever written twice on
+//   any backend), where
 //   u in [0, 1) is a shared random phase per exchange. Each tensor gets p times its size
 //   (within one) every exchange, and a tensor smaller than 1/p gets a position with
 //   probability p·size, so no layer is starved or favoured. The cumulative counts come
@@ -71,10 +72,15 @@ struct layerwise {
             return lo;
         }
 
-        // The permutation of tensor t's positions at this exchange. A tensor's share never
-        // exceeds its size (p <= 1), so its values take distinct images.
-        TRICKLE_HOST_DEVICE feistel_permutation tensor_permutation(std::uint32_t t, std::size_t extent) const {
-            return feistel_permutation(extent, mix64(seed ^ mix64(stream + t)));
+        // Tensor t's positions at this exchange are the first images of a permutation of
+        // [0, extent) keyed by (seed, step, t): a feistel32_permutation (16 SIMD lanes on the
+        // host), or for a tensor of more than 2^32 elements a feistel_permutation. A tensor's
+        // share never exceeds its size (p <= 1), so its values take distinct images.
+        static constexpr std::uint64_t narrow_limit = std::uint64_t{1} << 32;
+        TRICKLE_HOST_DEVICE std::uint64_t tensor_key(std::uint32_t t) const { return mix64(seed ^ mix64(stream + t)); }
+        TRICKLE_HOST_DEVICE std::size_t tensor_image(std::uint32_t t, std::size_t extent, std::size_t j) const {
+            if (extent <= narrow_limit) return static_cast<std::size_t>(feistel32_permutation(extent, tensor_key(t))(j));
+            return static_cast<std::size_t>(feistel_permutation(extent, tensor_key(t))(j));
         }
 
         TRICKLE_HOST_DEVICE std::size_t operator()(std::size_t k) const {
@@ -85,7 +91,7 @@ struct layerwise {
             const std::uint32_t lo = tensor_holding(k);
             const std::size_t begin = layout.offsets[lo];
             const std::size_t extent = layout.offsets[lo + 1] - begin;
-            return begin + static_cast<std::size_t>(tensor_permutation(lo, extent)(k - cumulative(lo)));
+            return begin + tensor_image(lo, extent, k - cumulative(lo));
         }
 
         // The rotating window is one contiguous run (two where it wraps).
@@ -98,10 +104,14 @@ struct layerwise {
             return selection_run{j - layout.total, left};
         }
 
-        // Where a walk over consecutive batches stands: the tensor holding value resume_at - 1.
+        // Where a walk over consecutive batches stands: the tensor holding value
+        // resume_at - 1, and the last tensor permutation built (batches of one tensor reuse it).
+        // A walk belongs to one selection.
         struct walk_state {
             std::uint32_t tensor = 0;
             std::size_t resume_at = ~std::size_t{0};
+            std::uint32_t perm_tensor = ~std::uint32_t{0};
+            feistel32_permutation perm{};
         };
 
         // The same positions in bulk: consecutive k fall in the same or the next tensors,
@@ -136,7 +146,15 @@ struct layerwise {
                 const std::size_t begin = layout.offsets[lo];
                 const std::size_t extent = layout.offsets[lo + 1] - begin;
                 const std::size_t run = next - k < m - j ? next - k : m - j;
-                tensor_permutation(lo, extent).images(k - cumulative(lo), run, out + j);
+                if (extent <= narrow_limit) {
+                    if (w.perm_tensor != lo) {
+                        w.perm = feistel32_permutation(extent, tensor_key(lo));
+                        w.perm_tensor = lo;
+                    }
+                    w.perm.images(k - cumulative(lo), run, out + j);
+                } else {
+                    feistel_permutation(extent, tensor_key(lo)).images(k - cumulative(lo), run, out + j);
+                }
                 for (std::size_t r = 0; r < run; ++r) out[j + r] += begin;
                 j += run;
             }
