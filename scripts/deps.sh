@@ -14,7 +14,7 @@ libbenchmark-dev /usr/include/benchmark/benchmark.h
 librandom123-dev /usr/include/Random123/philox.h
 libopenmpi-dev /usr/include/x86_64-linux-gnu/openmpi/mpi.h|/usr/lib/x86_64-linux-gnu/openmpi/include/mpi.h
 openmpi-bin /usr/bin/mpirun
-libopenblas-dev /usr/include/x86_64-linux-gnu/cblas.h|/usr/include/x86_64-linux-gnu/openblas-pthread/cblas.h|/usr/include/cblas.h
+libopenblas-dev /usr/lib/x86_64-linux-gnu/libopenblas.so|/usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so
 python3-matplotlib /usr/lib/python3/dist-packages/matplotlib/__init__.py
 LIST
 }
