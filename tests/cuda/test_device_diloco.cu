@@ -170,3 +170,45 @@ TEST_CASE("the legacy default stream and a foreign device are refused at constru
     CHECK_THROWS_AS(engine(dg, dc, {.fraction = 0.01}), invalid_argument);
     cudaStreamDestroy(stream);
 }
+
+TEST_CASE("a user's memory pool serves every buffer of the algorithms, stream-ordered") {
+    cudaStream_t stream;
+    TRICKLE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    cudaMemPoolProps props{};
+    props.allocType = cudaMemAllocationTypePinned;
+    props.location.type = cudaMemLocationTypeDevice;
+    props.location.id = 0;
+    cudaMemPool_t pool;
+    TRICKLE_CUDA_CHECK(cudaMemPoolCreate(&pool, &props));
+    auto used = [&] {
+        TRICKLE_CUDA_CHECK(cudaStreamSynchronize(stream));
+        std::uint64_t bytes = 0; // the attribute is a cuuint64_t
+        TRICKLE_CUDA_CHECK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemCurrent, &bytes));
+        return bytes;
+    };
+    {
+        const std::size_t n = 1 << 16;
+        buffer<float, cuda_space> d(n);
+        affine_comm<cuda_space> dc;
+        dc.stream_ = stream;
+        param_group<float, cuda_space> dg{{"w", d.data(), n}};
+        CHECK(used() == 0);
+        {
+            sparta_engine<sampler::block, schedule::constant, topology::ring, float, cuda_space, affine_comm<cuda_space>> s(
+                dg, dc, {.fraction = 0.01, .device_pool = pool});
+            CHECK(used() > 0);
+        }
+        CHECK(used() == 0); // freed on the stream, into the pool
+        {
+            diloco_engine<outer::adam, topology::all_reduce, float, cuda_space, affine_comm<cuda_space>> dl(
+                dg, dc, {.interval = 2, .prune_fraction = 0.1, .device_pool = pool});
+            // snapshot, two state slots, the n + 1 send buffer, pruning keys: at least 4 + 8 + 4 + 16 bytes an element
+            CHECK(used() >= n * 32);
+            for (int t = 0; t < 4; ++t) dl.step(exec::cuda{stream});
+            CHECK(used() >= n * 32);
+        }
+        CHECK(used() == 0);
+    }
+    TRICKLE_CUDA_CHECK(cudaMemPoolDestroy(pool));
+    cudaStreamDestroy(stream);
+}

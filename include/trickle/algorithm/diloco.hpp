@@ -57,6 +57,7 @@ struct diloco_options {
     bool broadcast_initial = true;    // at construction, give every worker rank 0's parameters (set false when
                                       // resuming from a checkpoint with parameters the trainer restored)
     bool state_in_pinned_host = false; // cuda_space only: keep snapshot and optimizer state in pinned host memory
+    CUmemPoolHandle_st* device_pool = nullptr; // cuda_space: a cudaMemPool_t for trickle's buffers (default pool if null)
 };
 
 namespace detail {
@@ -110,7 +111,7 @@ public:
         agree(comm_, rec);
         check_weights();
         n_ = group.total_size();
-        ex_ = detail::place_group(comm_, group, kind, flat_, ws_);
+        ex_ = detail::place_group(comm_, group, kind, flat_, ws_, options_.device_pool);
         allocate();
         dense_per_step_ = detail::all_reduce_bytes(n_, sizeof(float), comm_.size(), comm_.rank());
         if constexpr (on_device) {

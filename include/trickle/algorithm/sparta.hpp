@@ -45,6 +45,7 @@ struct sparta_options {
     double fraction = 0.005;     // base fraction p of the group averaged per exchange, in (0, 1]
     std::uint64_t interval = 1;  // exchange after every `interval`-th step (H >= 1)
     std::uint64_t seed = 0;      // shared seed of the samplers' random streams
+    CUmemPoolHandle_st* device_pool = nullptr; // cuda_space: a cudaMemPool_t for trickle's buffers (default pool if null)
 };
 
 namespace detail {
@@ -119,7 +120,7 @@ public:
         config_record rec = describe(group);
         agree(comm_, rec);
         config_hash_ = detail::fnv1a(rec.serialize());
-        ex_ = detail::place_group(comm_, group, kind, flat_, ws_);
+        ex_ = detail::place_group(comm_, group, kind, flat_, ws_, options_.device_pool);
         dense_per_step_ = detail::all_reduce_bytes(group.total_size(), sizeof(float), comm_.size(), comm_.rank());
         allocate();
     }

@@ -21,7 +21,8 @@ enum class host_alloc { pageable, pinned };
 
 // An owning, move-only array of n trivially copyable T in memory space Space. Host
 // buffers are 64-byte aligned and zero-initialized. CUDA buffers made with an exec::cuda
-// are stream-ordered: allocated with cudaMallocAsync, zeroed with cudaMemsetAsync and
+// are stream-ordered: allocated with cudaMallocAsync (cudaMallocFromPoolAsync from ex.pool
+// when it is set), zeroed with cudaMemsetAsync and
 // freed with cudaFreeAsync, all on that stream and its device (the stream must outlive
 // the buffer), so they never synchronize the host or touch the legacy default stream;
 // this is how trickle's algorithms allocate. CUDA buffers made without one use
@@ -39,7 +40,7 @@ public:
     explicit buffer(std::size_t n, host_alloc how = host_alloc::pageable) : size_(n), how_(how) { allocate(n); }
 
     // Stream-ordered device memory on ex's stream and device (cuda_space only).
-    buffer(std::size_t n, const exec::cuda& ex) : size_(n), stream_(ex.stream), ordered_(true) {
+    buffer(std::size_t n, const exec::cuda& ex) : size_(n), stream_(ex.stream), pool_(ex.pool), ordered_(true) {
         static_assert(std::is_same_v<Space, cuda_space>, "buffer(n, exec::cuda): stream-ordered memory is device memory");
 #if TRICKLE_HAS_CUDA
         device_ = detail::device_of(ex);
@@ -51,7 +52,7 @@ public:
     buffer& operator=(const buffer&) = delete;
     buffer(buffer&& o) noexcept
         : data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)), how_(o.how_), stream_(o.stream_),
-          device_(o.device_), ordered_(o.ordered_) {}
+          pool_(o.pool_), device_(o.device_), ordered_(o.ordered_) {}
     buffer& operator=(buffer&& o) noexcept {
         if (this != &o) {
             release();
@@ -59,6 +60,7 @@ public:
             size_ = std::exchange(o.size_, 0);
             how_ = o.how_;
             stream_ = o.stream_;
+            pool_ = o.pool_;
             device_ = o.device_;
             ordered_ = o.ordered_;
         }
@@ -85,7 +87,10 @@ private:
             void* p = nullptr;
             if (ordered_) {
                 detail::device_scope on(device_);
-                TRICKLE_CUDA_CHECK(cudaMallocAsync(&p, bytes, stream_));
+                if (pool_ != nullptr)
+                    TRICKLE_CUDA_CHECK(cudaMallocFromPoolAsync(&p, bytes, pool_, stream_));
+                else
+                    TRICKLE_CUDA_CHECK(cudaMallocAsync(&p, bytes, stream_));
                 data_ = static_cast<T*>(p);
                 const cudaError_t rc = cudaMemsetAsync(p, 0, bytes, stream_);
                 if (rc != cudaSuccess) {
@@ -148,7 +153,8 @@ private:
     T* data_ = nullptr;
     std::size_t size_ = 0;
     host_alloc how_ = host_alloc::pageable;
-    CUstream_st* stream_ = nullptr; // stream-ordered device buffers: the stream and device they live on
+    CUstream_st* stream_ = nullptr; // stream-ordered device buffers: the stream, pool and device they live on
+    CUmemPoolHandle_st* pool_ = nullptr;
     int device_ = -1;
     bool ordered_ = false;
 };

@@ -13,6 +13,7 @@
 // The CUDA runtime's stream handle type, declared here so exec::cuda exists (and types
 // holding it look the same) in every translation unit, with or without the toolkit.
 struct CUstream_st;
+struct CUmemPoolHandle_st;
 
 TRICKLE_NAMESPACE_BEGIN
 
@@ -23,12 +24,15 @@ namespace exec {
 // algorithms refuse: pass a stream of your own). device is the ordinal the stream belongs
 // to; -1 (the default) means "the device of the stream" (found with cudaStreamGetDevice
 // where the runtime has it, the current device otherwise). Launches made through an
-// algorithm always run on the parameters' device, whatever device is current.
+// algorithm always run on the parameters' device, whatever device is current. pool is a
+// cudaMemPool_t that stream-ordered buffers made with this exec::cuda come from (nullptr:
+// the device's default pool).
 struct cuda {
     using memory_space = cuda_space;
     static constexpr const char* name = "cuda";
     CUstream_st* stream = nullptr;
     int device = -1;
+    CUmemPoolHandle_st* pool = nullptr;
 };
 
 } // namespace exec

@@ -21,9 +21,11 @@ namespace detail {
 // disagrees, or when the stream is the legacy default stream (trickle never enqueues
 // there: it would serialize with the whole device).
 template <class Comm, class T>
-exec::cuda algorithm_exec(Comm& comm, const param_group<T, cuda_space>& group, const char* kind) {
+exec::cuda algorithm_exec(Comm& comm, const param_group<T, cuda_space>& group, const char* kind,
+                          CUmemPoolHandle_st* pool = nullptr) {
 #if TRICKLE_HAS_CUDA
     exec::cuda ex{};
+    ex.pool = pool;
     if constexpr (requires { comm.stream(); }) ex.stream = comm.stream();
     require(ex.stream != nullptr, kind,
             ": the communicator's stream is the legacy default stream; CUDA steps need a stream of their own "
@@ -48,7 +50,7 @@ exec::cuda algorithm_exec(Comm& comm, const param_group<T, cuda_space>& group, c
     ex.device = device < 0 ? on_stream : device;
     return ex;
 #else
-    (void)comm, (void)group;
+    (void)comm, (void)group, (void)pool;
     throw invalid_argument(concat(kind, ": CUDA parameters need the CUDA runtime (link trickle::cuda)"));
 #endif
 }
@@ -58,14 +60,14 @@ exec::cuda algorithm_exec(Comm& comm, const param_group<T, cuda_space>& group, c
 // host memory otherwise (returning an exec::cuda that is never used).
 template <class Comm, class T, class Space, class Workspace>
 exec::cuda place_group(Comm& comm, const param_group<T, Space>& group, const char* kind, flat_params<T, Space>& flat,
-                       Workspace& ws) {
+                       Workspace& ws, CUmemPoolHandle_st* pool = nullptr) {
     if constexpr (std::is_same_v<Space, cuda_space>) {
-        const exec::cuda ex = algorithm_exec(comm, group, kind);
+        const exec::cuda ex = algorithm_exec(comm, group, kind, pool);
         flat = flat_params<T, Space>(group, ex);
         ws.bind(ex);
         return ex;
     } else {
-        (void)comm, (void)kind, (void)ws;
+        (void)comm, (void)kind, (void)ws, (void)pool;
         flat = flat_params<T, Space>(group);
         return exec::cuda{};
     }
