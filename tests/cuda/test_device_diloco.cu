@@ -140,7 +140,7 @@ TEST_CASE("a configuration that cannot replay refuses to be captured") {
         CHECK(!s.replayable());
         TRICKLE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
         CHECK_THROWS_AS(s.step(exec::cuda{stream}), invalid_argument);
-        cudaGraph_t graph;
+        cudaGraph_t graph = nullptr; // left unset when the capture cannot end
         (void)cudaStreamEndCapture(stream, &graph);
         if (graph != nullptr) cudaGraphDestroy(graph);
         (void)cudaGetLastError();

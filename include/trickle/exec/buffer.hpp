@@ -102,11 +102,15 @@ private:
             }
             TRICKLE_CUDA_CHECK(cudaMalloc(&p, bytes));
             data_ = static_cast<T*>(p);
-            const cudaError_t rc = cudaMemset(p, 0, bytes);
+            // cudaMemset of device memory returns before it runs, on the default stream,
+            // which the non-blocking streams trickle works on never wait for: finish the
+            // zeroing here, or it could land after the caller's first writes.
+            cudaError_t rc = cudaMemset(p, 0, bytes);
+            if (rc == cudaSuccess) rc = cudaStreamSynchronize(nullptr);
             if (rc != cudaSuccess) {
                 cudaFree(p);
                 data_ = nullptr;
-                detail::check_cuda(rc, "cudaMemset(p, 0, bytes)", __FILE__, __LINE__);
+                detail::check_cuda(rc, "cudaMemset(p, 0, bytes); cudaStreamSynchronize(0)", __FILE__, __LINE__);
             }
 #else
             throw invalid_argument("buffer<T, cuda_space>: this build has no CUDA runtime");
@@ -169,6 +173,10 @@ void copy_elements(T* dst, const T* src, std::size_t count) {
     } else {
 #if TRICKLE_HAS_CUDA
         TRICKLE_CUDA_CHECK(cudaMemcpy(dst, src, count * sizeof(T), cudaMemcpyDefault));
+        // From pageable host memory, cudaMemcpy may return before the DMA into the device
+        // has finished (it is ordered on the default stream only, which non-blocking streams
+        // do not wait for): wait for it, so the copy is complete for every stream.
+        TRICKLE_CUDA_CHECK(cudaStreamSynchronize(nullptr));
 #else
         throw invalid_argument("copy_elements: CUDA memory needs the CUDA runtime");
 #endif

@@ -55,7 +55,14 @@ struct layerwise {
         TRICKLE_HOST_DEVICE std::size_t count() const { return size; }
 
         TRICKLE_HOST_DEVICE std::size_t cumulative(std::uint32_t i) const {
-            return static_cast<std::size_t>(floor(p * static_cast<double>(layout.offsets[i]) + phase));
+            // The product is rounded on its own, as on the host: nvcc would otherwise fuse it
+            // with the addition (a DFMA), and a tensor's share could differ by one there.
+#if TRICKLE_ON_DEVICE
+            const double scaled = __dmul_rn(p, static_cast<double>(layout.offsets[i]));
+#else
+            const double scaled = p * static_cast<double>(layout.offsets[i]);
+#endif
+            return static_cast<std::size_t>(floor(scaled + phase));
         }
 
         // The tensor whose cumulative range holds k: the last i with cumulative(i) <= k, that
