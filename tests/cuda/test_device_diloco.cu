@@ -212,3 +212,53 @@ TEST_CASE("a user's memory pool serves every buffer of the algorithms, stream-or
     TRICKLE_CUDA_CHECK(cudaMemPoolDestroy(pool));
     cudaStreamDestroy(stream);
 }
+
+TEST_CASE("DiLoCo with its state in pinned host memory gives the bits of device-resident state") {
+    const std::size_t n = 30011;
+    comm::run_local_cuda(2, 0, [&](comm::local_cuda& c) {
+        const exec::cuda ex{c.stream(), c.device()};
+        std::vector<float> init(n);
+        for (std::size_t i = 0; i < n; ++i) init[i] = static_cast<float>((i * 37 + 11 * c.rank()) % 997) * 1e-3f;
+        buffer<float, cuda_space> a(n, ex), b(n, ex);
+        copy_elements<cuda_space, host_space>(a.data(), init.data(), n, ex);
+        copy_elements<cuda_space, host_space>(b.data(), init.data(), n, ex);
+        param_group<float, cuda_space> ga{{"w", a.data(), n}}, gb{{"w", b.data(), n}};
+        diloco_engine<outer::nesterov, topology::all_reduce, float, cuda_space, comm::local_cuda> pinned(
+            ga, c, {.interval = 2, .state_in_pinned_host = true});
+        diloco_engine<outer::nesterov, topology::all_reduce, float, cuda_space, comm::local_cuda> resident(
+            gb, c, {.interval = 2});
+        flat_params<float, cuda_space> fa(ga, ex), fb(gb, ex);
+        for (int s = 0; s < 6; ++s) {
+            for_each_index(ex, n, perturb_body<float>{fa.view(), static_cast<std::uint64_t>(c.rank()), static_cast<std::uint64_t>(s)});
+            for_each_index(ex, n, perturb_body<float>{fb.view(), static_cast<std::uint64_t>(c.rank()), static_cast<std::uint64_t>(s)});
+            pinned.step(ex);
+            resident.step(ex);
+        }
+        std::vector<float> ha(n), hb(n);
+        copy_elements<host_space, cuda_space>(ha.data(), a.data(), n, ex);
+        copy_elements<host_space, cuda_space>(hb.data(), b.data(), n, ex);
+        CHECK(std::memcmp(ha.data(), hb.data(), n * sizeof(float)) == 0);
+        CHECK(pinned.snapshot() == resident.snapshot());
+    });
+}
+
+TEST_CASE("a DiLoCo step refuses to be captured") {
+    cudaStream_t stream;
+    TRICKLE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    {
+        buffer<float, cuda_space> d(4096);
+        affine_comm<cuda_space> dc;
+        dc.stream_ = stream;
+        param_group<float, cuda_space> dg{{"w", d.data(), 4096}};
+        diloco_engine<outer::nesterov, topology::all_reduce, float, cuda_space, affine_comm<cuda_space>> dl(
+            dg, dc, {.interval = 3});
+        TRICKLE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+        CHECK_THROWS_AS(dl.step(exec::cuda{stream}), invalid_argument); // not even a step without an outer step
+        cudaGraph_t graph = nullptr;
+        (void)cudaStreamEndCapture(stream, &graph);
+        if (graph != nullptr) cudaGraphDestroy(graph);
+        (void)cudaGetLastError();
+        CHECK(dl.stats().steps == 0);
+    }
+    cudaStreamDestroy(stream);
+}

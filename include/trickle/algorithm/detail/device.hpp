@@ -73,6 +73,16 @@ exec::cuda place_group(Comm& comm, const param_group<T, Space>& group, const cha
     }
 }
 
+// Throws invalid_argument with `message` when work on ex's stream is being captured into a
+// CUDA graph (for steps whose host-side state a replay would not advance).
+inline void refuse_capture(const exec::cuda& ex, const char* message) {
+#if TRICKLE_HAS_CUDA
+    if (stream_capturing(ex.stream)) throw invalid_argument(message);
+#else
+    (void)ex, (void)message;
+#endif
+}
+
 // Checks that a step's exec::cuda runs where the algorithm was built to run.
 inline void check_step_exec(const exec::cuda& step, const exec::cuda& built, const char* kind) {
     require(step.device < 0 || step.device == built.device, kind, "::step: exec::cuda names device ", step.device,
