@@ -40,7 +40,7 @@ inline void print_header(std::ostream& out, const sim_config& cfg, const dataset
         if (cfg.fraction_schedule != schedule_kind::constant)
             out << " -> " << cfg.fraction_end << " (" << name_of(cfg.fraction_schedule) << ")";
         out << ", sampler " << name_of(cfg.sampler) << ", every " << cfg.interval << " step(s), topology "
-            << name_of(cfg.topology) << '\n';
+            << topology_label(cfg) << '\n';
     }
     if (diloco) {
         out << "diloco: outer step every " << cfg.outer_interval << " steps, outer " << name_of(cfg.outer);
@@ -50,7 +50,7 @@ inline void print_header(std::ostream& out, const sim_config& cfg, const dataset
         if (cfg.outer == outer_kind::nesterov || cfg.outer == outer_kind::momentum)
             out << " momentum " << cfg.outer_momentum;
         out << ", drop probability " << cfg.drop_prob << ", prune " << cfg.prune << ", topology "
-            << name_of(cfg.topology) << '\n';
+            << topology_label(cfg) << '\n';
     }
 }
 

@@ -29,14 +29,14 @@ enum class strategy_kind { ddp, none, sparta, diloco, sparta_diloco };
 enum class shard_mode { iid, non_iid };
 enum class sampler_kind { uniform, permutation, block, layerwise };
 enum class schedule_kind { constant, linear, cosine };
-enum class topology_kind { all_reduce, ring };
+enum class topology_kind { all_reduce, ring, gossip, exponential, islands };
 enum class outer_kind { nesterov, sgd, momentum, adam, average };
 
 inline constexpr std::string_view strategy_names[] = {"ddp", "none", "sparta", "diloco", "sparta-diloco"};
 inline constexpr std::string_view shard_names[] = {"iid", "non-iid"};
 inline constexpr std::string_view sampler_names[] = {"uniform", "permutation", "block", "layerwise"};
 inline constexpr std::string_view schedule_names[] = {"constant", "linear", "cosine"};
-inline constexpr std::string_view topology_names[] = {"all-reduce", "ring"};
+inline constexpr std::string_view topology_names[] = {"all-reduce", "ring", "gossip", "exponential", "islands"};
 inline constexpr std::string_view outer_names[] = {"nesterov", "sgd", "momentum", "adam", "average"};
 
 template <class E, std::size_t N>
@@ -109,11 +109,19 @@ struct sim_config {
     double prune = 0.0;
 
     topology_kind topology = topology_kind::all_reduce;
+    int island_size = 2; // --topology islands: workers per island
 
     std::string csv;     // empty: no CSV
     bool quiet = false;  // no progress line
     bool help = false;   // --help was given: print help_text() and exit 0
 };
+
+// The topology as the run's header names it ("islands of 3" for islands).
+inline std::string topology_label(const sim_config& c) {
+    std::string s(name_of(c.topology));
+    if (c.topology == topology_kind::islands) s += " of " + std::to_string(c.island_size);
+    return s;
+}
 
 inline std::string help_text() {
     return R"(trickle-sim: train a character-level language model with N simulated workers
@@ -173,7 +181,12 @@ DiLoCo (diloco, sparta-diloco)
   --prune Q              fraction of outer-gradient values pruned by magnitude, [0, 1)
 
 Both
-  --topology KIND        all-reduce|ring: how sparta and diloco average (default all-reduce)
+  --topology KIND        all-reduce|ring|gossip|exponential|islands: how sparta and diloco
+                         average (default all-reduce). ring: with the two neighbours; gossip:
+                         with one random peer per exchange; exponential: with peer r XOR 2^k,
+                         k cycling over log2 N; islands: within random groups of --island-size.
+                         gossip and exponential need >= 2 workers
+  --island-size G        workers per island of --topology islands, 1..--workers (default 2)
 
 Output
   --csv FILE             one row per evaluation: strategy,step,eval_loss,eval_ppl,train_loss,
@@ -246,7 +259,8 @@ inline sim_config parse_cli(std::span<const std::string> args) {
     // Options whose effect depends on the strategies; checked once all are known.
     std::vector<std::string> sparta_only, diloco_only, both_only;
     bool fraction_end_given = false, outer_lr_given = false, outer_momentum_given = false,
-         block_size_given = false, outer_lr_schedule_given = false, outer_lr_end_given = false;
+         block_size_given = false, outer_lr_schedule_given = false, outer_lr_end_given = false,
+         island_size_given = false;
     std::vector<std::string> seen;
 
     for (std::size_t i = 0; i < args.size(); ++i) {
@@ -274,7 +288,7 @@ inline sim_config parse_cli(std::span<const std::string> args) {
             "--hidden", "--layers", "--fraction", "--sampler", "--block-size", "--interval",
             "--fraction-schedule", "--fraction-end", "--outer-interval", "--outer", "--outer-lr",
             "--outer-momentum", "--outer-lr-schedule", "--outer-lr-end", "--drop-prob", "--prune", "--topology",
-            "--csv"};
+            "--island-size", "--csv"};
         bool is_known = false;
         for (auto k : known) is_known = is_known || k == opt;
         if (!is_known) throw usage_error("unknown option '" + opt + "' (see --help)");
@@ -403,6 +417,9 @@ inline sim_config parse_cli(std::span<const std::string> args) {
         } else if (opt == "--topology") {
             c.topology = detail::parse_enum<topology_kind>(opt, v, topology_names);
             both_only.push_back(opt);
+        } else if (opt == "--island-size") {
+            c.island_size = detail::parse_int<int>(opt, v, 1, 256);
+            island_size_given = true;
         } else if (opt == "--csv") {
             if (v.empty()) detail::bad_value(opt, v, "expected a file name");
             c.csv = std::string(v);
@@ -433,6 +450,14 @@ inline sim_config parse_cli(std::span<const std::string> args) {
                           strategy_list());
     if (block_size_given && c.sampler != sampler_kind::block)
         throw usage_error("--block-size: applies to --sampler block only");
+    if (island_size_given && c.topology != topology_kind::islands)
+        throw usage_error("--island-size: applies to --topology islands only");
+    if (c.topology == topology_kind::islands && c.island_size > c.workers)
+        throw usage_error("--island-size: islands of " + std::to_string(c.island_size) +
+                          " workers are larger than the world (--workers " + std::to_string(c.workers) + ")");
+    if ((c.topology == topology_kind::gossip || c.topology == topology_kind::exponential) && c.workers < 2)
+        throw usage_error("--topology " + std::string(name_of(c.topology)) +
+                          ": needs at least 2 workers to average with a peer (--workers 1)");
     c.fraction_end = detail::schedule_end(c.fraction_schedule, "--fraction-schedule", fraction_end_given,
                                           "--fraction-end", c.fraction_end, c.fraction);
     if (c.outer == outer_kind::average && outer_lr_given)

@@ -70,7 +70,32 @@ private:
 using sampler_choice = std::variant<trickle::sampler::uniform, trickle::sampler::permutation, trickle::sampler::block,
                                     trickle::sampler::layerwise>;
 using schedule_choice = std::variant<trickle::schedule::constant, trickle::schedule::linear, trickle::schedule::cosine>;
-using topology_choice = std::variant<trickle::topology::all_reduce, trickle::topology::ring>;
+
+// The topology, chosen at run time: one topology policy whose kind is a value, so that the
+// five topologies add no instantiations (each algorithm is compiled once for it). It passes
+// the exchange's context on to the topologies that take one.
+struct runtime_topology {
+    static constexpr const char* name = "runtime";
+    static constexpr int scratch_buffers = 2; // the most any choice uses (ring: slots 2 and 3)
+    std::variant<trickle::topology::all_reduce, trickle::topology::ring, trickle::topology::gossip,
+                 trickle::topology::exponential, trickle::topology::islands>
+        chosen = trickle::topology::all_reduce{};
+
+    template <class Exec, class Comm, class Space>
+    int reduce(const Exec& ex, Comm& comm, float* buf, std::size_t n, trickle::workspace<float, Space, 4>& ws,
+               const trickle::reduce_context& ctx) const {
+        return std::visit(
+            [&](const auto& t) { return trickle::detail::topology_reduce(t, ex, comm, buf, n, ws, ctx); }, chosen);
+    }
+    void describe(trickle::config_record& rec) const {
+        std::visit([&](const auto& t) { t.describe(rec); }, chosen);
+    }
+    void describe(trickle::config_record& rec, int workers) const {
+        std::visit([&](const auto& t) { trickle::detail::describe_topology(t, rec, workers); }, chosen);
+    }
+};
+static_assert(trickle::topology_policy<runtime_topology>);
+using topology_choice = runtime_topology;
 
 inline sampler_choice make_sampler(const sim_config& c) {
     switch (c.sampler) {
@@ -93,8 +118,14 @@ inline schedule_choice make_schedule(const sim_config& c) {
 }
 
 inline topology_choice make_topology(const sim_config& c) {
-    if (c.topology == topology_kind::ring) return trickle::topology::ring{};
-    return trickle::topology::all_reduce{};
+    switch (c.topology) {
+    case topology_kind::all_reduce: return {trickle::topology::all_reduce{}};
+    case topology_kind::ring: return {trickle::topology::ring{}};
+    case topology_kind::gossip: return {trickle::topology::gossip{}};
+    case topology_kind::exponential: return {trickle::topology::exponential{}};
+    case topology_kind::islands: return {trickle::topology::islands{.size = c.island_size}};
+    }
+    throw usage_error("--topology: unhandled value");
 }
 
 inline trickle::sparta_options make_sparta_options(const sim_config& c) {

@@ -5,13 +5,14 @@ namespace trickle_sim {
 
 std::unique_ptr<exchanger> make_diloco_exchanger(const sim_config& c, const trickle::param_group<float>& group,
                                                  trickle::comm::local& comm, float weight) {
+    const topology_choice top = make_topology(c);
     return std::visit(
-        [&](auto out, auto top) -> std::unique_ptr<exchanger> {
-            using algorithm = trickle::diloco<decltype(out), decltype(top)>;
+        [&](auto out) -> std::unique_ptr<exchanger> {
+            using algorithm = trickle::diloco<decltype(out), topology_choice>;
             return std::make_unique<algorithm_exchanger<algorithm>>(group, comm, make_diloco_options(c, weight), out,
                                                                     top);
         },
-        make_outer(c), make_topology(c));
+        make_outer(c));
 }
 
 } // namespace trickle_sim

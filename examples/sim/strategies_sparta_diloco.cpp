@@ -5,13 +5,14 @@ namespace trickle_sim {
 
 std::unique_ptr<exchanger> make_sparta_diloco_exchanger(const sim_config& c, const trickle::param_group<float>& group,
                                                         trickle::comm::local& comm, float weight) {
+    const topology_choice top = make_topology(c);
     return std::visit(
-        [&](auto sam, auto sch, auto top, auto out) -> std::unique_ptr<exchanger> {
-            using algorithm = trickle::sparta_diloco<decltype(sam), decltype(sch), decltype(top), decltype(out)>;
+        [&](auto sam, auto sch, auto out) -> std::unique_ptr<exchanger> {
+            using algorithm = trickle::sparta_diloco<decltype(sam), decltype(sch), topology_choice, decltype(out)>;
             return std::make_unique<algorithm_exchanger<algorithm>>(group, comm, make_sparta_options(c),
                                                                     make_diloco_options(c, weight), sam, sch, top, out);
         },
-        make_sampler(c), make_schedule(c), make_topology(c), make_outer(c));
+        make_sampler(c), make_schedule(c), make_outer(c));
 }
 
 } // namespace trickle_sim

@@ -126,6 +126,16 @@ TEST_CASE("cli: enumerations accept exactly their documented names") {
         CHECK(parse({"--strategy", "diloco", "--outer", name}).outer == s);
     CHECK(parse({"--strategy", "diloco", "--outer", "adam"}).outer_lr == doctest::Approx(default_outer_lr(outer_kind::adam)));
     CHECK(parse({"--strategy", "sparta", "--topology", "all-reduce"}).topology == topology_kind::all_reduce);
+    CHECK(parse({"--strategy", "sparta", "--topology", "gossip"}).topology == topology_kind::gossip);
+    CHECK(parse({"--strategy", "diloco", "--topology", "exponential"}).topology == topology_kind::exponential);
+    {
+        const sim_config isl = parse({"--strategy", "sparta", "--topology", "islands", "--island-size", "3"});
+        CHECK(isl.topology == topology_kind::islands);
+        CHECK(isl.island_size == 3);
+        CHECK(topology_label(isl) == "islands of 3");
+        CHECK(parse({"--strategy", "sparta", "--topology", "islands"}).island_size == 2);
+        CHECK(parse({"--strategy", "sparta", "--topology", "islands", "--island-size", "4", "--workers", "4"}).island_size == 4);
+    }
     CHECK(parse({"--shards", "iid"}).shards == shard_mode::iid);
     CHECK(parse({"--help"}).help);
     CHECK(parse({"-h"}).help);
@@ -194,7 +204,15 @@ TEST_CASE("cli: bad input is an error that names the option") {
         {{"--strategy", "sparta", "--outer-lr-schedule", "cosine"}, "--outer-lr-schedule: applies to diloco and sparta-diloco"},
         {{"--strategy", "diloco", "--drop-prob", "1"}, "--drop-prob: must be in [0, 1)"},
         {{"--strategy", "diloco", "--prune", "-0.5"}, "--prune: must be in [0, 1)"},
-        {{"--strategy", "diloco", "--topology", "star"}, "--topology: expected one of all-reduce|ring"},
+        {{"--strategy", "diloco", "--topology", "star"}, "--topology: expected one of all-reduce|ring|gossip|exponential|islands"},
+        {{"--strategy", "sparta", "--topology", "gossip", "--workers", "1"}, "--topology gossip: needs at least 2 workers"},
+        {{"--strategy", "diloco", "--topology", "exponential", "--workers", "1"}, "--topology exponential: needs at least 2 workers"},
+        {{"--strategy", "sparta", "--topology", "islands", "--island-size", "5"},
+         "--island-size: islands of 5 workers are larger than the world (--workers 4)"},
+        {{"--strategy", "diloco", "--workers", "8", "--topology", "islands", "--island-size", "9"},
+         "islands of 9 workers are larger than the world (--workers 8)"},
+        {{"--strategy", "sparta", "--topology", "islands", "--island-size", "0"}, "--island-size: must be in"},
+        {{"--strategy", "sparta", "--topology", "gossip", "--island-size", "2"}, "--island-size: applies to --topology islands only"},
         // Options that would have no effect are refused, not ignored.
         {{"--strategy", "ddp,none", "--fraction", "0.1"}, "--fraction: applies to sparta and sparta-diloco, but --strategy is ddp,none"},
         {{"--strategy", "sparta", "--outer-interval", "10"}, "--outer-interval: applies to diloco and sparta-diloco, but --strategy is sparta"},
@@ -216,6 +234,14 @@ TEST_CASE("cli: run_cli exits 2 with the message on stderr for bad options and b
     r = run({"--strategy", "sparta", "--fraction", "0"});
     CHECK(r.code == 2);
     CHECK(r.err.find("--fraction") != std::string::npos);
+
+    r = run({"--strategy", "sparta", "--topology", "gossip", "--workers", "1"});
+    CHECK(r.code == 2);
+    CHECK(r.err.find("--topology gossip: needs at least 2 workers") != std::string::npos);
+
+    r = run({"--strategy", "sparta", "--topology", "islands", "--island-size", "6"});
+    CHECK(r.code == 2);
+    CHECK(r.err.find("larger than the world") != std::string::npos);
 
     r = run({"--workers", "0"});
     CHECK(r.code == 2);
@@ -255,7 +281,7 @@ TEST_CASE("cli: --help documents every option and exits 0") {
                             "--context", "--embed", "--hidden", "--layers", "--fraction", "--sampler", "--block-size",
                             "--interval", "--fraction-schedule", "--fraction-end", "--outer-interval", "--outer",
                             "--outer-lr", "--outer-momentum", "--outer-lr-schedule", "--outer-lr-end", "--drop-prob",
-                            "--prune", "--topology", "--csv",
+                            "--prune", "--topology", "--island-size", "--csv",
                             "--quiet", "--help"})
         CHECK_MESSAGE(r.out.find(opt) != std::string::npos, opt);
     CHECK(r.out.find("correlation,bytes_sent_per_worker,reduction_vs_ddp,wall_s") != std::string::npos);

@@ -142,6 +142,41 @@ TEST_CASE("runs: sparta every H steps on a ring sends 2 neighbours' worth per ex
     for (auto b : r.bytes_sent) CHECK(b == 4 /* exchanges: steps 5, 10, 15, 20 */ * 2 * count * sizeof(float));
 }
 
+TEST_CASE("runs: sparta and diloco with the per-exchange topologies send what the topology says") {
+    const int W = 5;
+    for (auto top : {topology_kind::gossip, topology_kind::exponential, topology_kind::islands}) {
+        CAPTURE(name_of(top));
+        sim_config cfg = sim_test::tiny_config(W, 12);
+        cfg.fraction = 0.02;
+        cfg.outer_interval = 4;
+        cfg.topology = top;
+        cfg.island_size = 3;
+        const dataset data = prepare_data(cfg);
+        const run_result sp = run_strategy(cfg, data, strategy_kind::sparta);
+        const run_result dl = run_strategy(cfg, data, strategy_kind::diloco);
+        const std::size_t count = static_cast<std::size_t>(std::llround(0.02 * static_cast<double>(sp.parameters)));
+        // Bytes one worker sends in exchange t of m floats (docs/policies.md).
+        auto bytes = [&](int w, std::uint64_t seed, std::uint64_t t, std::size_t m) -> std::uint64_t {
+            int peer = -1;
+            if (top == topology_kind::gossip) peer = trickle::topology::gossip::partner(w, W, seed, t);
+            if (top == topology_kind::exponential) peer = trickle::topology::exponential::partner(w, W, t);
+            if (top != topology_kind::islands) return peer < 0 ? 0 : m * sizeof(float);
+            const auto p = trickle::topology::islands{.size = 3}.place(w, W, seed, t);
+            if (p.size == 1) return 0;
+            return (p.index == 0 || p.index == p.size - 1 ? 1 : 2) * m * sizeof(float);
+        };
+        for (int w = 0; w < W; ++w) {
+            std::uint64_t want_sp = 0, want_dl = 0;
+            for (std::uint64_t t = 0; t < 12; ++t) want_sp += bytes(w, cfg.seed, t, count);
+            for (std::uint64_t t = 0; t < 3; ++t) want_dl += bytes(w, cfg.seed, t, dl.parameters + 1);
+            CHECK(sp.bytes_sent[static_cast<std::size_t>(w)] == want_sp);
+            CHECK(dl.bytes_sent[static_cast<std::size_t>(w)] == want_dl);
+        }
+        CHECK(std::isfinite(sp.rows.back().eval_loss));
+        CHECK(std::isfinite(dl.rows.back().eval_loss));
+    }
+}
+
 TEST_CASE("runs: every sampler and fraction schedule runs through the dispatch and exchanges something") {
     for (auto sampler : {sampler_kind::uniform, sampler_kind::permutation, sampler_kind::block, sampler_kind::layerwise})
         for (auto schedule : {schedule_kind::constant, schedule_kind::linear, schedule_kind::cosine}) {

@@ -241,7 +241,7 @@ private:
         if constexpr (std::is_same_v<Space, host_space>)
             if (o.state_in_pinned_host) rec.set_error("diloco: state_in_pinned_host applies to cuda_space parameters only");
         outer_.describe(rec);
-        topology_.describe(rec);
+        detail::describe_topology(topology_, rec, comm_.size());
         return rec;
     }
 
@@ -303,7 +303,8 @@ private:
     void outer_step_cuda(const exec::cuda& ex);
 
     // The participants of the coming outer step, or -1 when every contribution is dropped
-    // (the round then simply continues); this worker's weight in it.
+    // (the round then simply continues); this worker's weight in it. Counts the round
+    // (attempts_), so a topology's reduce_context names it attempts_ - 1.
     bool begin_outer_step(float& w) {
         const std::uint64_t attempt = attempts_++;
         const int N = comm_.size();
@@ -335,7 +336,7 @@ private:
         if (options_.prune_fraction > 0.0) detail::prune_host(buf, flat_.host_layout(), options_.prune_fraction, prune_keys_);
         // The weight travels as the last element, so the sum of weights arrives with the
         // sum of weighted deltas and the average needs no second call.
-        topology_.reduce(ex, comm_, buf, n_ + 1, ws_);
+        detail::topology_reduce(topology_, ex, comm_, buf, n_ + 1, ws_, reduce_context{options_.seed, attempts_ - 1});
         const auto rule = outer_.prepare(++outer_t_);
         using rule_type = std::remove_cvref_t<decltype(rule)>;
         detail::run_ranges(ex, n_,
@@ -396,7 +397,7 @@ void diloco_engine<Outer, Topology, T, Space, Comm>::outer_step_cuda(const exec:
         detail::device_stream(ex, flat_.view(), tile_seg_.data(), 0, n_, detail::delta_piece<T>{delta});
         if (options_.prune_fraction > 0.0)
             detail::prune_device(ex, buf, flat_.layout(), options_.prune_fraction, prune_scratch_);
-        topology_.reduce(ex, comm_, buf, n_ + 1, ws_);
+        detail::topology_reduce(topology_, ex, comm_, buf, n_ + 1, ws_, reduce_context{options_.seed, attempts_ - 1});
         const auto rule = outer_.prepare(++outer_t_);
         using rule_type = std::remove_cvref_t<decltype(rule)>;
         const outer_update_body<T, rule_type> update{flat_.view(), snapshot_, state_, dense_wire<float>{buf}, rule,

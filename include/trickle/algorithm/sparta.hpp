@@ -134,8 +134,8 @@ public:
     // On exec::cuda the step is enqueued on the stream and never waits: a plan pre-pass, one
     // gather, one communication call and one scatter; it allocates nothing (every buffer is
     // sized at construction) and runs on the parameters' device whatever device is current.
-    // With a sampler that re-keys on the device (uniform, block), the constant schedule and
-    // interval 1, the step is replayable: capture it in a CUDA graph, replay it k times and
+    // With a sampler that re-keys on the device (uniform, block), the constant schedule,
+    // interval 1 and a topology with fixed groups (all_reduce, ring), the step is replayable: capture it in a CUDA graph, replay it k times and
     // call replayed(k); the replicas get the bits uncaptured steps give.
     template <class Exec>
     void step(const Exec& ex) {
@@ -242,7 +242,7 @@ private:
         detail::describe_options(rec, options_);
         sampler_.describe(rec);
         schedule_.describe(rec);
-        topology_.describe(rec);
+        detail::describe_topology(topology_, rec, comm_.size());
         return rec;
     }
 
@@ -255,7 +255,10 @@ private:
         ws_.reserve(0, capacity_);
         detail::reserve_topology_scratch<Topology>(ws_, capacity_);
         if constexpr (on_device) {
-            rekeyed_ = rekeyable_sampler && std::is_same_v<Schedule, schedule::constant> && options_.interval == 1;
+            // A topology that draws its groups per exchange (gossip, islands, exponential) decides
+            // on the host at every step, which a captured graph would freeze.
+            rekeyed_ = rekeyable_sampler && std::is_same_v<Schedule, schedule::constant> && options_.interval == 1 &&
+                       !detail::reduce_takes_context<Topology, exec::cuda, Comm, Space>;
             Sampler probe = sampler_;
             const selection_t sel =
                 probe.select(sampler_context{options_.seed, 0, 0, pmax, flat_.layout(), flat_.host_layout()});
@@ -307,7 +310,7 @@ private:
         // Range bodies: a run of positions or a prefetched batch per call (kernels/sparse_exchange.hpp).
         const auto gather = make_gather(flat_.view(), sel, buf);
         for_each_index(ex, gather.calls(), gather);
-        const int group = topology_.reduce(ex, comm_, buf, count, ws_);
+        const int group = detail::topology_reduce(topology_, ex, comm_, buf, count, ws_, reduce_context{options_.seed, stats_.exchanges});
         const auto scatter = make_scatter(flat_.view(), sel, buf, 1.0f / static_cast<float>(group));
         for_each_index(ex, scatter.calls(), scatter);
         count_exchange(before, count);
@@ -341,8 +344,8 @@ void sparta_engine<Sampler, Schedule, Topology, T, Space, Comm>::exchange_cuda(c
         detail::device_scope on(ex.device);
         if (!rekeyed_ && detail::stream_capturing(ex.stream))
             throw invalid_argument("sparta::step: this configuration cannot be replayed from a CUDA graph (it needs a "
-                                   "sampler that re-keys on the device, uniform or block, the constant schedule and "
-                                   "interval 1); step it uncaptured");
+                                   "sampler that re-keys on the device, uniform or block, the constant schedule, "
+                                   "interval 1 and a topology without per-exchange groups); step it uncaptured");
         const selection_t sel = select(t);
         const std::size_t count = sel.count();
         float* buf = ws_.get(0, count);
@@ -354,7 +357,7 @@ void sparta_engine<Sampler, Schedule, Topology, T, Space, Comm>::exchange_cuda(c
             detail::device_plan(ex, flat_.view(), sel, detail::keep_selection{}, device_state_);
         }
         detail::device_move<true>(ex, flat_.view(), sel, device_state_, buf, 1.0f);
-        const int group = topology_.reduce(ex, comm_, buf, count, ws_);
+        const int group = detail::topology_reduce(topology_, ex, comm_, buf, count, ws_, reduce_context{options_.seed, stats_.exchanges});
         detail::device_move<false>(ex, flat_.view(), sel, device_state_, buf, 1.0f / static_cast<float>(group));
         count_exchange(before, count);
     } else {

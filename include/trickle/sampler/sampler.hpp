@@ -79,6 +79,7 @@ enum class stream_tag : std::uint64_t {
     block = 3,
     layerwise = 4,
     drop = 5,
+    topology = 6, // the groups of gossip and islands (topology/groups.hpp)
     user = 64,
 };
 

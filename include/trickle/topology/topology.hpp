@@ -11,13 +11,25 @@
 // is the group's size (so buf / size is the group's mean). Every worker calls it at once.
 // The averaging must preserve the mean over all workers (a doubly stochastic mixing),
 // so that repeated exchanges drive replicas to consensus rather than drift.
+//
+// A topology whose groups change from one exchange to the next (gossip, exponential,
+// islands) takes one more argument, the exchange's context:
+//   int reduce(const Exec& ex, Comm& comm, float* buf, std::size_t n, workspace<float, Space, 4>& ws,
+//              const reduce_context& ctx)
+// The algorithms pass it whenever the topology accepts it (detail::topology_reduce picks
+// the overload with a requires-expression), so topologies without it keep working. A
+// topology whose validity depends on the number of workers may also define
+//   void describe(config_record& rec, int workers) const
+// which the algorithms call instead of describe(rec) (detail::describe_topology).
 #pragma once
 
 #include <trickle/core/config_record.hpp>
 #include <trickle/config.hpp>
+#include <trickle/exec/workspace.hpp>
 
 #include <concepts>
 #include <cstddef>
+#include <cstdint>
 
 TRICKLE_NAMESPACE_BEGIN
 
@@ -30,7 +42,40 @@ concept topology_policy = std::copy_constructible<T> && requires(const T& t, con
     t.describe(rec);
 };
 
+// What an exchange is, for topologies that draw their groups per exchange: the same on
+// every worker, so every worker derives the same groups without sending anything.
+struct reduce_context {
+    std::uint64_t seed = 0;     // the algorithm's shared seed (sparta_options::seed, diloco_options::seed)
+    std::uint64_t exchange = 0; // SPARTA: the exchange's index (0, 1, ...; exchange_stats::exchanges before it);
+                                // DiLoCo: the outer round's index (applied and skipped rounds alike)
+};
+
 namespace detail {
+
+// Whether topology Top's reduce() takes a reduce_context for these argument types.
+template <class Top, class Exec, class Comm, class Space>
+inline constexpr bool reduce_takes_context =
+    requires(const Top& t, const Exec& ex, Comm& c, float* b, std::size_t n, workspace<float, Space, 4>& w,
+             const reduce_context& x) { t.reduce(ex, c, b, n, w, x); };
+
+// Calls top.reduce(), with the context when the topology takes one.
+template <class Top, class Exec, class Comm, class Space>
+int topology_reduce(const Top& top, const Exec& ex, Comm& comm, float* buf, std::size_t n,
+                    workspace<float, Space, 4>& ws, const reduce_context& ctx) {
+    if constexpr (reduce_takes_context<Top, Exec, Comm, Space>)
+        return top.reduce(ex, comm, buf, n, ws, ctx);
+    else
+        return top.reduce(ex, comm, buf, n, ws);
+}
+
+// Adds the topology's fields to rec, checked against the number of workers when it can.
+template <class Top>
+void describe_topology(const Top& top, config_record& rec, int workers) {
+    if constexpr (requires { top.describe(rec, workers); })
+        top.describe(rec, workers);
+    else
+        top.describe(rec);
+}
 
 // Reserves, at construction, the workspace slots topology Top's reduce() uses for n values.
 template <class Top, class Workspace>
