@@ -135,7 +135,12 @@ public:
     void step(const Exec& ex) {
         static_assert(can_access_v<Exec, Space>, "diloco::step: this execution space cannot reach the parameters");
         detail::check_same_stream(comm_, ex, kind);
-        if constexpr (std::is_same_v<Exec, exec::cuda>) detail::check_step_exec(ex, ex_, kind);
+        if constexpr (std::is_same_v<Exec, exec::cuda>) {
+            detail::check_step_exec(ex, ex_, kind);
+            detail::refuse_capture(ex, "diloco::step: a DiLoCo step cannot be replayed from a CUDA graph (the outer "
+                                       "optimizer's constants, the drop draws and the round count live on the host); "
+                                       "step it uncaptured");
+        }
         const std::uint64_t t = stats_.steps;
         if ((t + 1) % options_.interval == 0) {
             if constexpr (std::is_same_v<Exec, exec::cuda>) {
@@ -376,11 +381,15 @@ void diloco_engine<Outer, Topology, T, Space, Comm>::start_cuda() {
     if constexpr (on_device) {
         detail::device_scope on(ex_.device);
         if (options_.prune_fraction > 0.0) detail::prune_reserve(ex_, flat_.layout(), prune_scratch_);
-        detail::device_stream(ex_, flat_.view(), tile_seg_.data(), 0, n_, detail::snapshot_piece<T>{snapshot_});
         if (options_.broadcast_initial && comm_.size() > 1) {
-            comm_.broadcast(snapshot_, n_, 0);
-            detail::device_stream(ex_, flat_.view(), tile_seg_.data(), 0, n_, detail::restore_piece<T>{snapshot_});
+            // Rank 0's parameters, in fp32, through device memory (the snapshot may be pinned
+            // host memory, which communicators over device memory refuse): the send buffer.
+            float* buf = ws_.get(0, n_ + 1);
+            detail::device_stream(ex_, flat_.view(), tile_seg_.data(), 0, n_, detail::snapshot_piece<T>{buf});
+            comm_.broadcast(buf, n_, 0);
+            detail::device_stream(ex_, flat_.view(), tile_seg_.data(), 0, n_, detail::restore_piece<T>{buf});
         }
+        detail::device_stream(ex_, flat_.view(), tile_seg_.data(), 0, n_, detail::snapshot_piece<T>{snapshot_});
     }
 }
 

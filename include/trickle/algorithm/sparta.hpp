@@ -141,7 +141,15 @@ public:
     void step(const Exec& ex) {
         static_assert(can_access_v<Exec, Space>, "sparta::step: this execution space cannot reach the parameters");
         detail::check_same_stream(comm_, ex, kind);
-        if constexpr (std::is_same_v<Exec, exec::cuda>) detail::check_step_exec(ex, ex_, kind);
+        if constexpr (std::is_same_v<Exec, exec::cuda>) {
+            detail::check_step_exec(ex, ex_, kind);
+            // Refused before anything is recorded, on every step: a step without an exchange
+            // would otherwise record an empty graph.
+            if (!rekeyed_)
+                detail::refuse_capture(ex, "sparta::step: this configuration cannot be replayed from a CUDA graph (it needs a "
+                                           "sampler that re-keys on the device, uniform or block, the constant schedule, "
+                                           "interval 1 and a topology without per-exchange groups); step it uncaptured");
+        }
         const std::uint64_t t = stats_.steps;
         if ((t + 1) % options_.interval == 0) {
             if constexpr (std::is_same_v<Exec, exec::cuda>) {
@@ -342,10 +350,6 @@ void sparta_engine<Sampler, Schedule, Topology, T, Space, Comm>::exchange_cuda(c
     if constexpr (on_device) {
         const exec::cuda ex{step_ex.stream, ex_.device};
         detail::device_scope on(ex.device);
-        if (!rekeyed_ && detail::stream_capturing(ex.stream))
-            throw invalid_argument("sparta::step: this configuration cannot be replayed from a CUDA graph (it needs a "
-                                   "sampler that re-keys on the device, uniform or block, the constant schedule, "
-                                   "interval 1 and a topology without per-exchange groups); step it uncaptured");
         const selection_t sel = select(t);
         const std::size_t count = sel.count();
         float* buf = ws_.get(0, count);
