@@ -122,30 +122,54 @@ __attribute__((target("avx512f,avx512dq"))) inline void feistel_images_avx512(co
 #pragma GCC diagnostic pop
 #endif
 
-inline bool feistel_simd() {
-#if defined(__AVX512F__) && defined(__AVX512DQ__)
-    return true;
-#else
-    static const bool ok = [] {
+// What the CPU offers the bulk Feistel images: AVX-512F (the 32-bit network), and with
+// AVX-512DQ too (the 64-bit network's multiplies); probed once.
+struct avx512_support {
+    bool f = false;
+    bool dq = false;
+};
+
+inline avx512_support cpu_avx512() {
+    static const avx512_support s = [] {
+        avx512_support a;
         __builtin_cpu_init();
-        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq");
+        a.f = __builtin_cpu_supports("avx512f");
+        a.dq = a.f && __builtin_cpu_supports("avx512dq");
+        return a;
     }();
-    return ok;
-#endif
+    return s;
 }
+
+inline bool feistel_simd() { return cpu_avx512().dq; }
 #endif // TRICKLE_PHILOX_SIMD
+
+// out[j] = perm(x0 + j) for j < m: `Lanes` at a time through simd(perm, x0, m / Lanes, out)
+// when use_simd, the rest one at a time. The one loop of both networks' images().
+template <std::size_t Lanes, class Perm, class Simd>
+void bulk_images(const Perm& perm, std::uint64_t x0, std::size_t m, std::uint64_t* out, bool use_simd,
+                 const Simd& simd) {
+    std::size_t j = 0;
+    if (use_simd) {
+        simd(perm, x0, m / Lanes, out);
+        j = m / Lanes * Lanes;
+    }
+    for (std::size_t t = j; t < m; ++t) out[t] = perm(x0 + t);
+}
+
+// The SIMD images of a network, on hosts without them: never called.
+struct no_simd_images {
+    template <class Perm>
+    void operator()(const Perm&, std::uint64_t, std::size_t, std::uint64_t*) const {}
+};
 
 } // namespace detail
 
 inline void feistel_permutation::images(std::uint64_t x0, std::size_t m, std::uint64_t* out) const {
-    std::size_t j = 0;
 #if TRICKLE_PHILOX_SIMD
-    if (detail::feistel_simd()) {
-        detail::feistel_images_avx512(*this, x0, m / 8, out);
-        j = m / 8 * 8;
-    }
+    detail::bulk_images<8>(*this, x0, m, out, detail::feistel_simd(), detail::feistel_images_avx512);
+#else
+    detail::bulk_images<8>(*this, x0, m, out, false, detail::no_simd_images{});
 #endif
-    for (std::size_t t = j; t < m; ++t) out[t] = (*this)(x0 + t);
 }
 
 // A pseudo-random permutation of [0, n) for n <= 2^32: the construction of
@@ -268,30 +292,16 @@ __attribute__((target("avx512f"))) inline void feistel32_images_avx512(const fei
 #pragma GCC diagnostic pop
 #endif
 
-inline bool feistel32_simd() {
-#if defined(__AVX512F__)
-    return true;
-#else
-    static const bool ok = [] {
-        __builtin_cpu_init();
-        return __builtin_cpu_supports("avx512f");
-    }();
-    return ok;
-#endif
-}
 #endif // TRICKLE_PHILOX_SIMD
 
 } // namespace detail
 
 inline void feistel32_permutation::images(std::uint64_t x0, std::size_t m, std::uint64_t* out) const {
-    std::size_t j = 0;
 #if TRICKLE_PHILOX_SIMD
-    if (detail::feistel32_simd()) {
-        detail::feistel32_images_avx512(*this, x0, m / 16, out);
-        j = m / 16 * 16;
-    }
+    detail::bulk_images<16>(*this, x0, m, out, detail::cpu_avx512().f, detail::feistel32_images_avx512);
+#else
+    detail::bulk_images<16>(*this, x0, m, out, false, detail::no_simd_images{});
 #endif
-    for (std::size_t t = j; t < m; ++t) out[t] = (*this)(x0 + t);
 }
 
 // A selection (sampler/sampler.hpp) made of `size` consecutive images of a Feistel
