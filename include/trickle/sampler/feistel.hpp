@@ -242,7 +242,7 @@ namespace detail {
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
 // The rounds of feistel32_permutation for sixteen values at once, walking in lanes while
-// more than four lanes walk, the rest one at a time (as feistel_images_avx512).
+// more than one lane walks (a pass of 16 lanes costs about one scalar pass), the last one alone (as feistel_images_avx512).
 __attribute__((target("avx512f"))) inline void feistel32_images_avx512(const feistel32_permutation& f, std::uint64_t x0,
                                                                        std::size_t steps, std::uint64_t* out) {
     const __m128i half = _mm_cvtsi32_si128(static_cast<int>(f.half_bits));
@@ -257,7 +257,7 @@ __attribute__((target("avx512f"))) inline void feistel32_images_avx512(const fei
     for (std::size_t v = 0; v < steps; ++v) {
         __m512i x = _mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(static_cast<std::uint32_t>(x0 + v * 16))), iota);
         __mmask16 walking = 0xffff;
-        while (__builtin_popcount(walking) > 4) {
+        while (__builtin_popcount(walking) > 1) {
             __m512i left = _mm512_srl_epi32(x, half);
             __m512i right = _mm512_and_si512(x, mask);
             for (int r = 0; r < 4; ++r) {
