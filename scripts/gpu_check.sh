@@ -99,6 +99,12 @@ for t in "$build"/tests/cuda/test_* "$build"/examples/04_gpu_workers/gpu_workers
     esac
 done
 echo "$passed passed, $failed failed, $skipped skipped" | tee -a "$out/ctest.txt" "$out/gpu_check.log"
+if (( passed == 0 )); then
+    # nvidia-smi sees a GPU but every binary skipped: the CUDA runtime found none (a driver
+    # too old for the carried runtime, say). That is a failed check, not a pass.
+    log "no CUDA test ran although nvidia-smi sees a GPU: see ctest.txt"
+    status=1
+fi
 
 # 4. Benchmarks at three sizes.
 bench="$build/benchmarks/bench_cuda"
