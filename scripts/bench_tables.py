@@ -47,7 +47,9 @@ def load(path):
         scale = {"ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}[b.get("time_unit", "ns")]
         r = runs[name]
         r["us"].append((b["real_time"] if wall else b["cpu_time"]) * scale)
-        for key in ("bytes_per_second", "useful_bytes_per_second", "pct_of_copy", "indices_per_second"):
+        for key in ("bytes_per_second", "useful_bytes_per_second", "pct_of_copy", "indices_per_second",
+                    "device_us_per_step", "host_us_per_step", "host_over_device", "device_busy_at_return",
+                    "kernels_per_step_design", "kernels_per_step_graph", "comm_calls_per_step"):
             if key in b:
                 r[key].append(float(b[key]))
     return doc.get("context", {}), runs
@@ -202,6 +204,32 @@ def diloco(r):
     return table(["group", "dtype", "delta time", "delta % of B_copy", "update (nesterov) time", "update % of B_copy"], rows)
 
 
+def stream_passes(r):
+    """The CUDA suite's snapshot and restore passes (parameters <-> fp32 snapshot), when present."""
+    rows = []
+    for sh in r.shapes():
+        for d in ("fp32", "bf16"):
+            snap, rest = f"diloco/snapshot/{d}/{sh}", f"diloco/restore/{d}/{sh}"
+            if r.get(snap) is None and r.get(rest) is None:
+                continue
+            rows.append([sh, d, fmt_time(r.get(snap)), fmt(r.get(snap, "pct_of_copy"), 0, "%"),
+                         fmt_time(r.get(rest)), fmt(r.get(rest, "pct_of_copy"), 0, "%")])
+    return table(["group", "dtype", "snapshot time", "snapshot % of B_copy", "restore time", "restore % of B_copy"], rows)
+
+
+def timeline(r):
+    """One whole SPARTA step on the device: device time against the host time of step(), and launches."""
+    rows = []
+    for n in sorted(x for x in r.runs if x.startswith("timeline/")):
+        busy = r.get(n, "device_busy_at_return")
+        rows.append([f"`{n}`", fmt(r.get(n, "device_us_per_step"), 1, " µs"), fmt(r.get(n, "host_us_per_step"), 1, " µs"),
+                     fmt(r.get(n, "host_over_device"), 2), "–" if busy is None else ("yes" if busy > 0.5 else "no"),
+                     fmt(r.get(n, "kernels_per_step_design")), fmt(r.get(n, "kernels_per_step_graph")),
+                     fmt(r.get(n, "comm_calls_per_step"))])
+    return table(["case", "device time per step", "host time per step()", "host ÷ device", "device busy when step() returned",
+                  "kernels (design)", "kernels (captured graph)", "communication calls"], rows)
+
+
 def allreduce(r):
     rows = []
     names = sorted({n for n in r.runs if n.startswith("allreduce/")},
@@ -312,6 +340,9 @@ def render(r, brief=False):
     parts += ["### DiLoCo outer step (one pass each)", "", diloco(r), ""]
     if r.backend == "host":
         parts += ["### comm::local all-reduce (N threads on this machine)", "", allreduce(r), ""]
+    else:
+        parts += ["### Snapshot and restore passes", "", stream_passes(r), ""]
+        parts += ["### One SPARTA step: launches and host time", "", timeline(r), ""]
     copies = sorted(n for n in r.runs if n.startswith("copy/"))
     parts += ["### Copies", "", table(["copy", "time", "GB/s (read + written)", "% of B_copy"],
                                       [[n, fmt_time(r.get(n)), fmt(r.get(n, "bytes_per_second") / 1e9, 2),
