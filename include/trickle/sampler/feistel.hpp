@@ -7,55 +7,92 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 TRICKLE_NAMESPACE_BEGIN
+
+namespace detail {
+
+// The round functions of the Feistel networks below: mix64 (the splitmix64 finalizer) on
+// 64-bit words, the MurmurHash3 finalizer on 32-bit words.
+TRICKLE_HOST_DEVICE std::uint64_t feistel_round(std::uint64_t x) { return mix64(x); }
+TRICKLE_HOST_DEVICE std::uint32_t feistel_round(std::uint32_t x) {
+    x ^= x >> 16;
+    x *= 0x85ebca6bu;
+    x ^= x >> 13;
+    x *= 0xc2b2ae35u;
+    x ^= x >> 16;
+    return x;
+}
+
+} // namespace detail
 
 // A pseudo-random permutation of [0, n) chosen by a 64-bit key. Four Feistel rounds
 // permute [0, 2^bits) with bits even and 2^bits >= n; values that land at or above n
 // are pushed through again (cycle walking), which keeps it a bijection of [0, n). As
 // 2^bits < 4n, a position needs fewer than four passes on average. Trivially copyable,
 // computed identically on host and device: no table is ever stored.
-struct feistel_permutation {
+//
+// Word is the width of the network's arithmetic, which bounds n by 2^(bits of Word):
+//   feistel_permutation    64-bit words and mix64 rounds, for any n (positions in a group);
+//   feistel32_permutation  32-bit words and MurmurHash3 rounds, for n <= 2^32: it serves the
+//                          layerwise sampler's per-tensor permutations (tensors stay far below
+//                          2^32 elements), whose rounds then need only 32-bit multiplies, which
+//                          AVX-512F does natively in 16 lanes, against 8 lanes of emulated
+//                          64-bit multiplies, so sampling without replacement inside tensors
+//                          costs about what the Philox draws it replaced cost.
+template <class Word>
+struct basic_feistel_permutation {
+    static_assert(std::is_same_v<Word, std::uint64_t> || std::is_same_v<Word, std::uint32_t>,
+                  "Feistel networks run on 32- or 64-bit words");
+    static constexpr std::uint32_t word_bits = 8 * sizeof(Word);
+
     std::uint64_t n = 1;
     std::uint32_t half_bits = 1;
-    std::uint64_t keys[4] = {0, 0, 0, 0};
+    Word keys[4] = {0, 0, 0, 0};
 
-    feistel_permutation() = default;
+    basic_feistel_permutation() = default;
 
-    TRICKLE_HOST_DEVICE feistel_permutation(std::uint64_t size, std::uint64_t key) : n(size == 0 ? 1 : size) {
+    // size in [1, 2^word_bits] (0 is taken as 1).
+    TRICKLE_HOST_DEVICE basic_feistel_permutation(std::uint64_t size, std::uint64_t key) : n(size == 0 ? 1 : size) {
         std::uint32_t bits = 0;
-        while (bits < 64 && (n - 1) >> bits) ++bits;
+        while (bits < word_bits && (n - 1) >> bits) ++bits;
         if (bits < 2) bits = 2;
         if (bits & 1u) ++bits;
         half_bits = bits / 2;
-        for (int r = 0; r < 4; ++r) keys[r] = mix64(key + 0x9e3779b97f4a7c15ull * static_cast<std::uint64_t>(r + 1));
+        for (int r = 0; r < 4; ++r)
+            keys[r] = static_cast<Word>(mix64(key + 0x9e3779b97f4a7c15ull * static_cast<std::uint64_t>(r + 1)));
     }
 
-    TRICKLE_HOST_DEVICE std::uint64_t round_trip(std::uint64_t x) const {
-        const std::uint64_t mask = half_bits >= 64 ? ~0ull : (1ull << half_bits) - 1;
-        std::uint64_t left = x >> half_bits;
-        std::uint64_t right = x & mask;
+    TRICKLE_HOST_DEVICE Word round_trip(Word x) const {
+        const Word mask = static_cast<Word>((Word{1} << half_bits) - 1u); // half_bits <= word_bits / 2
+        Word left = x >> half_bits;
+        Word right = x & mask;
         for (int r = 0; r < 4; ++r) {
-            const std::uint64_t f = mix64(right ^ keys[r]) & mask;
-            const std::uint64_t next = left ^ f;
+            const Word next = left ^ (detail::feistel_round(static_cast<Word>(right ^ keys[r])) & mask);
             left = right;
             right = next;
         }
-        return (left << half_bits) | right;
+        return static_cast<Word>((left << half_bits) | right);
     }
 
     // The image of x (x < n) under the permutation.
     TRICKLE_HOST_DEVICE std::uint64_t operator()(std::uint64_t x) const {
+        Word y = static_cast<Word>(x);
         do {
-            x = round_trip(x);
-        } while (x >= n);
-        return x;
+            y = round_trip(y);
+        } while (y >= n);
+        return y;
     }
 
-    // Host only: out[j] = (*this)(x0 + j) for j < m, eight at a time with AVX-512 where the
-    // CPU has it (the rounds' 64-bit multiplies need AVX-512DQ), one at a time otherwise.
+    // Host only: out[j] = (*this)(x0 + j) for j < m, in AVX-512 lanes where the CPU has
+    // them (8 of 64-bit words, which also need AVX-512DQ for their multiplies; 16 of 32-bit
+    // words), one at a time otherwise.
     void images(std::uint64_t x0, std::size_t m, std::uint64_t* out) const;
 };
+
+using feistel_permutation = basic_feistel_permutation<std::uint64_t>;
+using feistel32_permutation = basic_feistel_permutation<std::uint32_t>;
 
 namespace detail {
 
@@ -164,6 +201,7 @@ struct no_simd_images {
 
 } // namespace detail
 
+template <>
 inline void feistel_permutation::images(std::uint64_t x0, std::size_t m, std::uint64_t* out) const {
 #if TRICKLE_PHILOX_SIMD
     detail::bulk_images<8>(*this, x0, m, out, detail::feistel_simd(), detail::feistel_images_avx512);
@@ -171,67 +209,6 @@ inline void feistel_permutation::images(std::uint64_t x0, std::size_t m, std::ui
     detail::bulk_images<8>(*this, x0, m, out, false, detail::no_simd_images{});
 #endif
 }
-
-// A pseudo-random permutation of [0, n) for n <= 2^32: the construction of
-// feistel_permutation (four Feistel rounds on the smallest even number of bits that covers
-// n, cycle walking) on 32-bit words, with a 32-bit mixer (the MurmurHash3 finalizer) as the
-// round function. It serves the per-tensor permutations of the layerwise sampler, where a
-// tensor is always far below 2^32 elements: its rounds need only 32-bit multiplies, which
-// AVX-512F does natively in 16 lanes, against 8 lanes of emulated 64-bit multiplies for
-// feistel_permutation, so sampling without replacement inside tensors costs about what
-// the Philox draws it replaced cost. Host and device compute the same images.
-struct feistel32_permutation {
-    std::uint64_t n = 1;
-    std::uint32_t half_bits = 1;
-    std::uint32_t keys[4] = {0, 0, 0, 0};
-
-    feistel32_permutation() = default;
-
-    // size in [1, 2^32] (0 is taken as 1).
-    TRICKLE_HOST_DEVICE feistel32_permutation(std::uint64_t size, std::uint64_t key) : n(size == 0 ? 1 : size) {
-        std::uint32_t bits = 0;
-        while (bits < 32 && (n - 1) >> bits) ++bits;
-        if (bits < 2) bits = 2;
-        if (bits & 1u) ++bits;
-        half_bits = bits / 2;
-        for (int r = 0; r < 4; ++r)
-            keys[r] = static_cast<std::uint32_t>(mix64(key + 0x9e3779b97f4a7c15ull * static_cast<std::uint64_t>(r + 1)));
-    }
-
-    TRICKLE_HOST_DEVICE static std::uint32_t mix32(std::uint32_t x) {
-        x ^= x >> 16;
-        x *= 0x85ebca6bu;
-        x ^= x >> 13;
-        x *= 0xc2b2ae35u;
-        x ^= x >> 16;
-        return x;
-    }
-
-    TRICKLE_HOST_DEVICE std::uint32_t round_trip(std::uint32_t x) const {
-        const std::uint32_t mask = (1u << half_bits) - 1u; // half_bits <= 16
-        std::uint32_t left = x >> half_bits;
-        std::uint32_t right = x & mask;
-        for (int r = 0; r < 4; ++r) {
-            const std::uint32_t next = left ^ (mix32(right ^ keys[r]) & mask);
-            left = right;
-            right = next;
-        }
-        return (left << half_bits) | right;
-    }
-
-    // The image of x (x < n).
-    TRICKLE_HOST_DEVICE std::uint64_t operator()(std::uint64_t x) const {
-        std::uint32_t y = static_cast<std::uint32_t>(x);
-        do {
-            y = round_trip(y);
-        } while (y >= n);
-        return y;
-    }
-
-    // Host only: out[j] = (*this)(x0 + j) for j < m, sixteen at a time with AVX-512F where
-    // the CPU has it, one at a time otherwise.
-    void images(std::uint64_t x0, std::size_t m, std::uint64_t* out) const;
-};
 
 namespace detail {
 
@@ -296,6 +273,7 @@ __attribute__((target("avx512f"))) inline void feistel32_images_avx512(const fei
 
 } // namespace detail
 
+template <>
 inline void feistel32_permutation::images(std::uint64_t x0, std::size_t m, std::uint64_t* out) const {
 #if TRICKLE_PHILOX_SIMD
     detail::bulk_images<16>(*this, x0, m, out, detail::cpu_avx512().f, detail::feistel32_images_avx512);
