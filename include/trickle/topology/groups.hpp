@@ -53,28 +53,21 @@ struct shuffled_ranks {
     }
 
     // The rank right after r in the order, or -1 when r is last.
-    int next(int r) const {
-        const std::uint64_t kr = key(r);
-        int best = -1;
-        std::uint64_t kb = 0;
-        for (int s = 0; s < size; ++s) {
-            const std::uint64_t ks = key(s);
-            if (less(kr, r, ks, s) && (best < 0 || less(ks, s, kb, best))) {
-                best = s;
-                kb = ks;
-            }
-        }
-        return best;
-    }
+    int next(int r) const { return neighbour(r, true); }
 
     // The rank right before r in the order, or -1 when r is first.
-    int prev(int r) const {
+    int prev(int r) const { return neighbour(r, false); }
+
+    // The rank nearest r on one side of it in the order (after it, or before it), or -1.
+    int neighbour(int r, bool after) const {
         const std::uint64_t kr = key(r);
         int best = -1;
         std::uint64_t kb = 0;
         for (int s = 0; s < size; ++s) {
             const std::uint64_t ks = key(s);
-            if (less(ks, s, kr, r) && (best < 0 || less(kb, best, ks, s))) {
+            const bool beyond = after ? less(kr, r, ks, s) : less(ks, s, kr, r);
+            const bool nearer = best < 0 || (after ? less(ks, s, kb, best) : less(kb, best, ks, s));
+            if (beyond && nearer) {
                 best = s;
                 kb = ks;
             }
