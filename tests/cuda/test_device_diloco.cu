@@ -126,6 +126,22 @@ TEST_CASE("a SPARTA step captured in a CUDA graph replays with the bits of uncap
     }
 }
 
+namespace {
+
+// Calls step() inside a capture on `stream`, checks that it throws invalid_argument, and
+// ends the capture whatever happened (the graph handle stays unset when it cannot end).
+template <class Step>
+void check_capture_refused(cudaStream_t stream, const Step& step) {
+    TRICKLE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    CHECK_THROWS_AS(step(), invalid_argument);
+    cudaGraph_t graph = nullptr;
+    (void)cudaStreamEndCapture(stream, &graph);
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    (void)cudaGetLastError();
+}
+
+} // namespace
+
 TEST_CASE("a configuration that cannot replay refuses to be captured") {
     cudaStream_t stream;
     TRICKLE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
@@ -138,12 +154,7 @@ TEST_CASE("a configuration that cannot replay refuses to be captured") {
                       affine_comm<cuda_space>>
             s(dg, dc, {.fraction = 0.01});
         CHECK(!s.replayable());
-        TRICKLE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-        CHECK_THROWS_AS(s.step(exec::cuda{stream}), invalid_argument);
-        cudaGraph_t graph = nullptr; // left unset when the capture cannot end
-        (void)cudaStreamEndCapture(stream, &graph);
-        if (graph != nullptr) cudaGraphDestroy(graph);
-        (void)cudaGetLastError();
+        check_capture_refused(stream, [&] { s.step(exec::cuda{stream}); });
     }
     cudaStreamDestroy(stream);
 }
@@ -252,12 +263,7 @@ TEST_CASE("a DiLoCo step refuses to be captured") {
         param_group<float, cuda_space> dg{{"w", d.data(), 4096}};
         diloco_engine<outer::nesterov, topology::all_reduce, float, cuda_space, affine_comm<cuda_space>> dl(
             dg, dc, {.interval = 3});
-        TRICKLE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-        CHECK_THROWS_AS(dl.step(exec::cuda{stream}), invalid_argument); // not even a step without an outer step
-        cudaGraph_t graph = nullptr;
-        (void)cudaStreamEndCapture(stream, &graph);
-        if (graph != nullptr) cudaGraphDestroy(graph);
-        (void)cudaGetLastError();
+        check_capture_refused(stream, [&] { dl.step(exec::cuda{stream}); }); // not even a step without an outer step
         CHECK(dl.stats().steps == 0);
     }
     cudaStreamDestroy(stream);
