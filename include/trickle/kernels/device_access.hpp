@@ -74,15 +74,11 @@ __device__ __forceinline__ void store16_global(void* p, const uint4& w) {
                  : "memory");
 }
 
-// Vector access to 16-byte-aligned parameters: read-only (ld.global.nc.v4), read-write
-// (ld.global.v4) and store (st.global.v4).
+// Vector access to 16-byte-aligned parameters: loads through the read-only cache
+// (ld.global.nc.v4; no agent reads parameters it also writes) and stores (st.global.v4).
 template <class T>
 __device__ __forceinline__ void load_params_nc(const T* p, float (&out)[per_vector<T>]) {
     unpack<T>(__ldg(reinterpret_cast<const uint4*>(p)), out);
-}
-template <class T>
-__device__ __forceinline__ void load_params(const T* p, float (&out)[per_vector<T>]) {
-    unpack<T>(*reinterpret_cast<const uint4*>(p), out);
 }
 template <class T>
 __device__ __forceinline__ void store_params(T* p, const float (&in)[per_vector<T>]) {
