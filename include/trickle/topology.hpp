@@ -2,6 +2,7 @@
 #pragma once
 
 #include <trickle/topology/all_reduce.hpp>
+#include <trickle/topology/any.hpp>
 #include <trickle/topology/exponential.hpp>
 #include <trickle/topology/gossip.hpp>
 #include <trickle/topology/groups.hpp>
