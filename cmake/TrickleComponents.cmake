@@ -3,6 +3,8 @@
 #   trickle::mpi     MPI communicator (TRICKLE_HAS_MPI=1)
 #   trickle::nccl    NCCL communicator (TRICKLE_HAS_NCCL=1), implies trickle::cuda
 #   trickle::openmp  exec::openmp
+#   trickle::torch   the libtorch adapter (trickle/torch.hpp): params(module), model wrappers,
+#                    comm::process_group over c10d (TRICKLE_HAS_TORCH=1)
 # Sets TRICKLE_HAVE_<X> to ON/OFF. A component set to ON that cannot be found is an error.
 
 function(_trickle_want var found what)
@@ -92,5 +94,24 @@ macro(trickle_add_components)
             list(APPEND TRICKLE_INSTALL_TARGETS trickle_openmp)
         endif()
         _trickle_want(TRICKLE_ENABLE_OPENMP TRICKLE_HAVE_OPENMP "OpenMP")
+    endif()
+
+    # Torch (libtorch's CMake package: Debian's libtorch-dev, or a PyPI torch through
+    # -DCMAKE_PREFIX_PATH=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)'))
+    set(TRICKLE_HAVE_TORCH OFF)
+    if(NOT TRICKLE_ENABLE_TORCH STREQUAL "OFF")
+        if(NOT TORCH_FOUND)
+            find_package(Torch QUIET)
+        endif()
+        if(TORCH_FOUND)
+            set(TRICKLE_HAVE_TORCH ON)
+            add_library(trickle_torch INTERFACE)
+            set_target_properties(trickle_torch PROPERTIES EXPORT_NAME torch)
+            add_library(trickle::torch ALIAS trickle_torch)
+            target_link_libraries(trickle_torch INTERFACE trickle $<BUILD_INTERFACE:${TORCH_LIBRARIES}>)
+            target_compile_definitions(trickle_torch INTERFACE TRICKLE_HAS_TORCH=1)
+            list(APPEND TRICKLE_INSTALL_TARGETS trickle_torch) # Torch is linked again by trickleConfig.cmake
+        endif()
+        _trickle_want(TRICKLE_ENABLE_TORCH TRICKLE_HAVE_TORCH "Torch (Debian: libtorch-dev)")
     endif()
 endmacro()

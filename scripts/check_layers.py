@@ -9,6 +9,7 @@ The layers, lowest first (docs/concepts.md, "Layers"):
   policies  sampler, schedule, topology, outer, codec (each folder and its umbrella header)
   algorithm algorithm.hpp, algorithm/
   umbrella  trickle.hpp
+  adapter   torch.hpp, torch/ (built on the whole library; nothing in it includes them)
 A header may include its own layer and the layers below it; policies may include each
 other (a topology calls a communicator and may reuse a sampler's helpers, never an
 algorithm). Usage: check_layers.py [include-dir]   (default: include/ beside this script)
@@ -17,7 +18,7 @@ import pathlib
 import re
 import sys
 
-LAYERS = ["core", "exec", "kernels", "comm", "policies", "algorithm", "umbrella"]
+LAYERS = ["core", "exec", "kernels", "comm", "policies", "algorithm", "umbrella", "adapter"]
 POLICIES = {"sampler", "schedule", "topology", "outer", "codec"}
 INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]trickle/([^>"]+)[>"]', re.M)
 
@@ -32,6 +33,8 @@ def layer_of(rel: str) -> str:
         return "policies"
     if stem == "trickle":
         return "umbrella"
+    if stem == "torch":
+        return "adapter"
     if stem in LAYERS:
         return stem
     raise SystemExit(f"check_layers: {rel} belongs to no known layer; add it to scripts/check_layers.py")

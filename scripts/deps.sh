@@ -16,6 +16,14 @@ libopenmpi-dev /usr/include/x86_64-linux-gnu/openmpi/mpi.h|/usr/lib/x86_64-linux
 openmpi-bin /usr/bin/mpirun
 libopenblas-dev /usr/lib/x86_64-linux-gnu/libopenblas.so|/usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so
 python3-matplotlib /usr/lib/python3/dist-packages/matplotlib/__init__.py
+libtorch-dev /usr/include/torch/csrc/api/include/torch/torch.h
+libgloo-dev /usr/include/gloo/rendezvous/store.h
+python3-torch /usr/lib/python3/dist-packages/torch/__init__.py
+python3-dev /usr/include/python3.11/Python.h
+python3-venv /usr/lib/python3.11/ensurepip/__init__.py
+python3-pip /usr/lib/python3/dist-packages/pip/__init__.py
+python3-wheel /usr/lib/python3/dist-packages/wheel/__init__.py
+python3-setuptools /usr/lib/python3/dist-packages/setuptools/__init__.py
 LIST
 }
 

@@ -58,8 +58,9 @@ int main() {
     std::vector<std::uint64_t> sent_per_step;
 
     trickle::comm::run_local(workers, [&](trickle::comm::local& comm) {
+        // Workers start apart on purpose (worker r holds r everywhere), so no initial broadcast.
         trickle::param_group<float> params{{"w", w[comm.rank()].data(), w[comm.rank()].size()}};
-        trickle::sparta<strided_sampler, halving_schedule> sparta(params, comm, {.fraction = 0.04, .seed = 7}, {},
+        trickle::sparta<strided_sampler, halving_schedule> sparta(params, comm, {.fraction = 0.04, .seed = 7, .broadcast_initial = false}, {},
                                                                    halving_schedule{.half_life = 10});
         for (int step = 0; step < 40; ++step) {
             sparta.step(trickle::exec::host{});

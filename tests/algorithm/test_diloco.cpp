@@ -415,6 +415,76 @@ TEST_CASE("diloco: broadcast_initial gives every worker rank 0's parameters") {
     for (int r = 0; r < N; ++r) CHECK(std::memcmp(m[r].a.data(), rank0.data(), rank0.size() * 2) == 0);
 }
 
+TEST_CASE_TEMPLATE("initial broadcast: every algorithm starts replicas from rank 0, counted as stats().initial", T, float,
+                   half, bfloat16) {
+    const int N = 3;
+    auto check = [&](auto make, bool broadcast, bool combined) {
+        std::vector<replica<T>> m;
+        for (int r = 0; r < N; ++r) m.emplace_back(25, 6, r);
+        const auto rank0 = m[0].a;
+        const auto own1 = m[1].a;
+        const std::size_t n = m[0].size();
+        std::vector<exchange_stats> st(N), outer_part(N);
+        comm::run_local(N, [&](comm::local& c) {
+            auto algo = make(m[c.rank()].group, c);
+            st[c.rank()] = algo.stats();
+            if constexpr (requires { algo.outer_stats(); }) {
+                outer_part[c.rank()] = algo.outer_stats();
+                if (algo.sparse_stats().initial.calls != 0) throw std::logic_error("the SPARTA part broadcast too");
+            }
+        });
+        for (int r = 0; r < N; ++r) {
+            INFO("rank ", r, ", broadcast ", broadcast);
+            const auto& s = st[r];
+            if (broadcast) {
+                CHECK(std::memcmp(m[r].a.data(), rank0.data(), rank0.size() * sizeof(T)) == 0);
+                CHECK(s.initial.calls == 1);
+                CHECK(s.initial.bytes_sent == (r == 0 ? (N - 1) * n * 4 : 0u));
+                CHECK(s.initial.bytes_received == (r == 0 ? 0u : n * 4));
+                if (combined) CHECK(outer_part[r].initial == s.initial);
+            } else {
+                CHECK(s.initial == traffic_counters{});
+            }
+            CHECK(s.total == traffic_counters{}); // not part of the training traffic
+            CHECK(s.reduction() == 0.0);
+        }
+        if (!broadcast) CHECK(std::memcmp(m[1].a.data(), own1.data(), own1.size() * sizeof(T)) == 0);
+    };
+    for (bool b : {true, false}) {
+        check([&](param_group<T>& g, comm::local& c) { return sparta<>(g, c, {.fraction = 0.1, .broadcast_initial = b}); }, b,
+              false);
+        check([&](param_group<T>& g, comm::local& c) { return diloco<>(g, c, {.interval = 4, .broadcast_initial = b}); }, b,
+              false);
+        // SPARTA + DiLoCo: one broadcast, the DiLoCo part's, whatever the SPARTA part asks.
+        check([&](param_group<T>& g, comm::local& c) {
+            return sparta_diloco<>(g, c, {.fraction = 0.1, .broadcast_initial = true}, {.interval = 4, .broadcast_initial = b});
+        },
+              b, true);
+    }
+}
+
+TEST_CASE("algorithm objects: default-constructed, assigned later; an empty one refuses to step") {
+    sparta<> s;
+    diloco<> d;
+    sparta_diloco<> sd;
+    CHECK_FALSE(static_cast<bool>(s));
+    CHECK_THROWS_WITH_AS(s.step(exec::host{}), doctest::Contains("step: this algorithm object is empty"), invalid_argument);
+    CHECK_THROWS_WITH_AS(d.stats(), doctest::Contains("stats: this algorithm object is empty"), invalid_argument);
+    std::ostringstream os;
+    CHECK_THROWS_AS(sd.save(os), invalid_argument);
+    CHECK_THROWS_AS(sd.sparse_stats(), invalid_argument);
+    comm::local_world world(1);
+    auto c = world.rank(0);
+    replica<float> m(10, 4, 0);
+    s = sparta<>(m.group, c, {.fraction = 0.5});
+    CHECK(static_cast<bool>(s));
+    s.step(exec::host{});
+    CHECK(s.stats().steps == 1);
+    sparta<> moved = std::move(s);
+    CHECK(moved.stats().steps == 1);
+    CHECK_THROWS_AS(s.step(exec::host{}), invalid_argument); // NOLINT(bugprone-use-after-move): tested on purpose
+}
+
 TEST_CASE("sparta_diloco: sparse exchanges inside rounds, the outer step at their end") {
     const int N = 4, H = 5;
     std::vector<replica<float>> m;

@@ -62,7 +62,7 @@ TEST_CASE_TEMPLATE("sparta: chosen positions hold the mean, all other bits are u
     std::vector<model<T>> before, after;
     for (int r = 0; r < workers; ++r) before.emplace_back(r);
     for (int r = 0; r < workers; ++r) after.emplace_back(r);
-    const sparta_options opts{.fraction = 0.05, .interval = 1, .seed = 1234};
+    const sparta_options opts{.fraction = 0.05, .interval = 1, .seed = 1234, .broadcast_initial = false};
     comm::run_local(workers, [&](comm::local& c) {
         sparta<sampler::uniform> s(after[c.rank()].group, c, opts);
         s.step(exec::host{});
@@ -185,7 +185,7 @@ TEST_CASE("sparta ring: the mean over workers is preserved and replicas reach co
     for (std::size_t i = 0; i < m[0].size(); ++i)
         for (int r = 0; r < N; ++r) mean_before[i] += m[r].at(i) / N;
     comm::run_local(N, [&](comm::local& c) {
-        sparta<sampler::uniform, schedule::constant, topology::ring> s(m[c.rank()].group, c, {.fraction = 1.0, .seed = 8});
+        sparta<sampler::uniform, schedule::constant, topology::ring> s(m[c.rank()].group, c, {.fraction = 1.0, .seed = 8, .broadcast_initial = false});
         for (int t = 0; t < 60; ++t) s.step(exec::host{});
     });
     double spread = 0;

@@ -40,7 +40,7 @@ result run_sparta(Comm& c) {
     for (std::size_t i = 0; i < nb; ++i) b[i] = initial(r, na + i);
     param_group<float> group;
     group.add("a", a.data(), a.size()).add("b", b.data(), b.size());
-    sparta<Sampler, schedule::constant, Topology> s(group, c, {.fraction = 0.05, .interval = 1, .seed = 2024});
+    sparta<Sampler, schedule::constant, Topology> s(group, c, {.fraction = 0.05, .interval = 1, .seed = 2024, .broadcast_initial = false});
 
     result out;
     const auto flat = [&] {

@@ -131,7 +131,7 @@ double sparta_spread(const Top& top, int N, int steps, std::size_t n = 128) {
         for (int r = 0; r < N; ++r) before[i] += m[static_cast<std::size_t>(r)].w[i] / N;
     comm::run_local(N, [&](comm::local& c) {
         sparta<sampler::uniform, schedule::constant, Top> s(m[static_cast<std::size_t>(c.rank())].group, c,
-                                                            {.fraction = 1.0, .seed = 8}, {}, {}, top);
+                                                            {.fraction = 1.0, .seed = 8, .broadcast_initial = false}, {}, {}, top);
         for (int t = 0; t < steps; ++t) s.step(exec::host{});
     });
     double spread = 0;
@@ -294,7 +294,7 @@ TEST_CASE("sparta with each topology: bytes follow the documented formula") {
         std::vector<exchange_stats> st(N);
         comm::run_local(N, [&](comm::local& c) {
             sparta<sampler::uniform, schedule::constant, decltype(top)> s(m[static_cast<std::size_t>(c.rank())].group, c,
-                                                                          {.fraction = p, .seed = 31}, {}, {}, top);
+                                                                          {.fraction = p, .seed = 31, .broadcast_initial = false}, {}, {}, top);
             for (int t = 0; t < steps; ++t) s.step(exec::host{});
             st[static_cast<std::size_t>(c.rank())] = s.stats();
         });

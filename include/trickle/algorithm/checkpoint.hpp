@@ -22,7 +22,7 @@ TRICKLE_NAMESPACE_BEGIN
 namespace detail {
 
 inline constexpr char checkpoint_magic[8] = {'T', 'R', 'K', 'L', 'C', 'K', 'P', 'T'};
-inline constexpr std::uint32_t checkpoint_version = 1;
+inline constexpr std::uint32_t checkpoint_version = 2; // 2: exchange_stats gained `initial`
 
 inline std::uint64_t fnv1a(const std::string& s) {
     std::uint64_t h = 0xcbf29ce484222325ull;

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <trickle/algorithm/agreement.hpp>
+#include <trickle/algorithm/detail/broadcast.hpp>
 #include <trickle/algorithm/checkpoint.hpp>
 #include <trickle/algorithm/detail/device.hpp>
 #include <trickle/algorithm/detail/erased.hpp>
@@ -117,12 +118,9 @@ public:
         if constexpr (on_device) {
             start_cuda();
         } else {
-            const exec::host ex{};
-            detail::run_ranges(ex, n_, snapshot_copy_body<T>{flat_.view(), snapshot_, 0});
-            if (options_.broadcast_initial && comm_.size() > 1) {
-                comm_.broadcast(snapshot_, n_, 0);
-                detail::run_ranges(ex, n_, params_from_snapshot_body<T>{flat_.view(), snapshot_, 0});
-            }
+            if (options_.broadcast_initial)
+                stats_.initial = detail::broadcast_group_host(comm_, flat_.view(), n_, snapshot_);
+            detail::run_ranges(exec::host{}, n_, snapshot_copy_body<T>{flat_.view(), snapshot_, 0});
         }
         comm_.synchronize();
     }
@@ -219,6 +217,7 @@ public:
         comm_.synchronize();
         copy_from_host(snapshot_, snap.data(), n_);
         copy_from_host(state_, state.data(), state_floats_);
+        st.initial = stats_.initial; // what this object's construction sent, not the saved run's
         stats_ = st;
         outer_t_ = outer_t;
         skipped_ = skipped;
@@ -381,14 +380,11 @@ void diloco_engine<Outer, Topology, T, Space, Comm>::start_cuda() {
     if constexpr (on_device) {
         detail::device_scope on(ex_.device);
         if (options_.prune_fraction > 0.0) detail::prune_reserve(ex_, flat_.layout(), prune_scratch_);
-        if (options_.broadcast_initial && comm_.size() > 1) {
-            // Rank 0's parameters, in fp32, through device memory (the snapshot may be pinned
-            // host memory, which communicators over device memory refuse): the send buffer.
-            float* buf = ws_.get(0, n_ + 1);
-            detail::device_stream(ex_, flat_.view(), tile_seg_.data(), 0, n_, detail::snapshot_piece<T>{buf});
-            comm_.broadcast(buf, n_, 0);
-            detail::device_stream(ex_, flat_.view(), tile_seg_.data(), 0, n_, detail::restore_piece<T>{buf});
-        }
+        // Rank 0's parameters, in fp32, through device memory (the snapshot may be pinned
+        // host memory, which communicators over device memory refuse): the send buffer.
+        if (options_.broadcast_initial)
+            stats_.initial =
+                detail::broadcast_group_device(ex_, comm_, flat_.view(), tile_seg_.data(), n_, ws_.get(0, n_ + 1));
         detail::device_stream(ex_, flat_.view(), tile_seg_.data(), 0, n_, detail::snapshot_piece<T>{snapshot_});
     }
 }
@@ -423,16 +419,25 @@ void diloco_engine<Outer, Topology, T, Space, Comm>::outer_step_cuda(const exec:
 // keeps the replicas correlated inside a round; at a step that ends a round, only the
 // outer step runs (it leaves every worker with the same parameters, so a sparse
 // exchange there would move bytes for nothing). stats() adds both parts' traffic.
+// The replicas start from rank 0's parameters once, by the DiLoCo part's broadcast
+// (diloco_options::broadcast_initial); the SPARTA part's broadcast_initial is ignored.
 template <class Sampler, class Schedule, class Topology, class Outer, class T, class Space, class Comm>
 class sparta_diloco_engine {
+    static sparta_options without_broadcast(sparta_options o) {
+        o.broadcast_initial = false;
+        return o;
+    }
+
 public:
     using memory_space = Space;
     static constexpr const char* kind = "sparta_diloco";
 
     sparta_diloco_engine(const param_group<T, Space>& group, Comm& comm, sparta_options sparse, diloco_options outer_opts,
                          Sampler sampler = {}, Schedule schedule = {}, Topology topology = {}, Outer outer = {})
-        : sparse_(group, comm, sparse, std::move(sampler), std::move(schedule), topology),
-          outer_(group, comm, outer_opts, std::move(outer), topology) {}
+        : sparse_(group, comm, without_broadcast(sparse), std::move(sampler), std::move(schedule), topology),
+          outer_(group, comm, outer_opts, std::move(outer), topology) {
+        combine();
+    }
 
     template <class Exec>
     void step(const Exec& ex) {
@@ -489,6 +494,7 @@ private:
 template <class Outer = outer::nesterov, class Topology = topology::all_reduce>
 class diloco : public detail::erased_handle {
 public:
+    diloco() = default;
     template <class T, class Space, class Comm>
     diloco(const param_group<T, Space>& group, Comm& comm, diloco_options options = {}, Outer outer = {},
            Topology topology = {})
@@ -501,12 +507,17 @@ template <class Sampler = sampler::uniform, class Schedule = schedule::constant,
           class Outer = outer::nesterov>
 class sparta_diloco : public detail::erased_handle {
 public:
+    sparta_diloco() = default;
     template <class T, class Space, class Comm>
     sparta_diloco(const param_group<T, Space>& group, Comm& comm, sparta_options sparse = {}, diloco_options outer_opts = {},
                   Sampler sampler = {}, Schedule schedule = {}, Topology topology = {}, Outer outer = {})
         : erased_handle(detail::make_erased<sparta_diloco_engine<Sampler, Schedule, Topology, Outer, T, Space, Comm>>(
               group, comm, sparse, outer_opts, std::move(sampler), std::move(schedule), std::move(topology),
               std::move(outer))) {}
+
+    // Each part's own account (stats() is their sum); `initial` is on the DiLoCo part.
+    const exchange_stats& sparse_stats() const { return get("sparse_stats").sparse_stats(); }
+    const exchange_stats& outer_stats() const { return get("outer_stats").outer_stats(); }
 };
 
 TRICKLE_NAMESPACE_END

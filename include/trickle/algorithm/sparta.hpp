@@ -8,6 +8,7 @@
 
 #include <trickle/algorithm/agreement.hpp>
 #include <trickle/algorithm/checkpoint.hpp>
+#include <trickle/algorithm/detail/broadcast.hpp>
 #include <trickle/algorithm/detail/device.hpp>
 #include <trickle/algorithm/detail/erased.hpp>
 #include <trickle/algorithm/flat_params.hpp>
@@ -37,6 +38,7 @@
 #include <string>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 TRICKLE_NAMESPACE_BEGIN
 
@@ -45,6 +47,9 @@ struct sparta_options {
     double fraction = 0.005;     // base fraction p of the group averaged per exchange, in (0, 1]
     std::uint64_t interval = 1;  // exchange after every `interval`-th step (H >= 1)
     std::uint64_t seed = 0;      // shared seed of the samplers' random streams
+    bool broadcast_initial = true; // at construction, give every worker rank 0's parameters (set false when
+                                   // resuming with parameters the trainer restored, or when the replicas
+                                   // already start identical and the bytes matter)
     CUmemPoolHandle_st* device_pool = nullptr; // cuda_space: a cudaMemPool_t for trickle's buffers (default pool if null)
 };
 
@@ -118,11 +123,22 @@ public:
         : comm_(comm), options_(options), sampler_(std::move(sampler)), schedule_(std::move(schedule)),
           topology_(std::move(topology)) {
         config_record rec = describe(group);
-        agree(comm_, rec);
+        // As in DiLoCo, the initial broadcast is agreed on but is not part of the
+        // checkpoint's configuration hash (a resumed run must not overwrite its parameters).
         config_hash_ = detail::fnv1a(rec.serialize());
+        rec.add("broadcast_initial", options_.broadcast_initial);
+        agree(comm_, rec);
         ex_ = detail::place_group(comm_, group, kind, flat_, ws_, options_.device_pool);
         dense_per_step_ = detail::all_reduce_bytes(group.total_size(), sizeof(float), comm_.size(), comm_.rank());
         allocate();
+        if (options_.broadcast_initial) {
+            if constexpr (on_device) {
+                start_cuda();
+            } else {
+                buffer<float, host_space> staging(flat_.total());
+                stats_.initial = detail::broadcast_group_host(comm_, flat_.view(), flat_.total(), staging.data());
+            }
+        }
     }
 
     sparta_engine(const sparta_engine&) = delete;
@@ -236,6 +252,7 @@ public:
         for (const auto& [k, v] : sampler_state.fields()) rec.add(k, v);
         if (!err.empty()) rec.set_error(err);
         agree(comm_, rec);
+        st.initial = stats_.initial; // what this object's construction sent, not the saved run's
         stats_ = st;
         sampler_ = std::move(sam);
         if constexpr (on_device)
@@ -308,6 +325,7 @@ private:
     // explicit instantiation, algorithm/instantiate.hpp).
     void exchange_cuda(const exec::cuda& ex, std::uint64_t t);
     void advance_device_step();
+    void start_cuda(); // the initial broadcast
 
     template <class Exec>
     void exchange(const Exec& ex, std::uint64_t t) {
@@ -370,6 +388,22 @@ void sparta_engine<Sampler, Schedule, Topology, T, Space, Comm>::exchange_cuda(c
 }
 
 template <class Sampler, class Schedule, class Topology, class T, class Space, class Comm>
+void sparta_engine<Sampler, Schedule, Topology, T, Space, Comm>::start_cuda() {
+    if constexpr (on_device) {
+        detail::device_scope on(ex_.device);
+        const std::vector<std::uint32_t> tiles = detail::tile_segments(flat_.host_view());
+        buffer<std::uint32_t, cuda_space> tile_seg(tiles.size(), ex_);
+        copy_elements<cuda_space, host_space>(tile_seg.data(), tiles.data(), tiles.size(), ex_);
+        buffer<float, cuda_space> staging(flat_.total(), ex_);
+        stats_.initial =
+            detail::broadcast_group_device(ex_, comm_, flat_.view(), tile_seg.data(), flat_.total(), staging.data());
+        // The table and the staging array are freed in stream order; the host vector must
+        // outlive the copy that reads it.
+        TRICKLE_CUDA_CHECK(cudaStreamSynchronize(ex_.stream));
+    }
+}
+
+template <class Sampler, class Schedule, class Topology, class T, class Space, class Comm>
 void sparta_engine<Sampler, Schedule, Topology, T, Space, Comm>::advance_device_step() {
     if constexpr (on_device) {
         detail::device_scope on(ex_.device);
@@ -388,6 +422,7 @@ void sparta_engine<Sampler, Schedule, Topology, T, Space, Comm>::advance_device_
 template <class Sampler = sampler::uniform, class Schedule = schedule::constant, class Topology = topology::all_reduce>
 class sparta : public detail::erased_handle {
 public:
+    sparta() = default;
     template <class T, class Space, class Comm>
     sparta(const param_group<T, Space>& group, Comm& comm, sparta_options options = {}, Sampler sampler = {},
            Schedule schedule = {}, Topology topology = {})

@@ -12,7 +12,10 @@ TRICKLE_NAMESPACE_BEGIN
 // own counts (its traffic() before and after each exchange), so they include every byte
 // the chosen topology really moves; the configuration check at construction is not
 // included. dense_bytes is what the same worker would have sent with a dense fp32
-// all-reduce of all parameters at every step, under the same cost model.
+// all-reduce of all parameters at every step, under the same cost model. The initial
+// broadcast (every worker starts from rank 0's parameters) is its own line, `initial`,
+// paid once at construction: it is not part of `total`, so reduction() compares the
+// recurring traffic of training with dense synchronization.
 struct exchange_stats {
     std::uint64_t steps = 0;     // step() calls
     std::uint64_t exchanges = 0; // steps that communicated
@@ -21,6 +24,7 @@ struct exchange_stats {
     traffic_counters last{};     // the most recent exchange's
     std::uint64_t last_values = 0;
     std::uint64_t dense_bytes = 0; // dense fp32 all-reduce every step, same cost model
+    traffic_counters initial{};    // the initial broadcast at construction (zero when there was none)
 
     // How many times fewer bytes were sent than dense synchronization would have sent
     // (0 before anything was sent).
@@ -32,6 +36,7 @@ struct exchange_stats {
         exchanges += o.exchanges;
         values += o.values;
         total += o.total;
+        initial += o.initial;
         if (o.last.calls != 0) {
             last = o.last;
             last_values = o.last_values;

@@ -3,6 +3,9 @@
 
 #include <trickle/config.hpp>
 #include <trickle/core/memory_space.hpp>
+#include <trickle/error.hpp>
+
+#include <array>
 
 #include <concepts>
 #include <cstddef>
@@ -32,6 +35,31 @@ struct traffic_counters {
         return a;
     }
     friend bool operator==(const traffic_counters&, const traffic_counters&) = default;
+
+    // One call of each operation, counted by the cost model above (every communicator
+    // counts through these, so the model has one home).
+    void count_all_reduce(std::uint64_t bytes) {
+        bytes_sent += bytes;
+        bytes_received += bytes;
+        ++calls;
+    }
+    void count_broadcast(std::uint64_t bytes, int ranks, bool root) {
+        if (root)
+            bytes_sent += static_cast<std::uint64_t>(ranks - 1) * bytes;
+        else
+            bytes_received += bytes;
+        ++calls;
+    }
+    void count_all_gather(std::uint64_t bytes_per_rank, int ranks) {
+        bytes_sent += static_cast<std::uint64_t>(ranks - 1) * bytes_per_rank;
+        bytes_received += static_cast<std::uint64_t>(ranks - 1) * bytes_per_rank;
+        ++calls;
+    }
+    void count_send_recv(std::uint64_t sent, std::uint64_t received) {
+        bytes_sent += sent;
+        bytes_received += received;
+        ++calls;
+    }
 };
 
 namespace detail {
@@ -54,6 +82,41 @@ constexpr std::uint64_t all_reduce_bytes(std::size_t n, std::size_t elem_bytes, 
     if (ranks <= 1) return 0;
     const std::uint64_t c = chunk_size(n, ranks, r);
     return ((n - c) + static_cast<std::uint64_t>(ranks - 1) * c) * elem_bytes;
+}
+
+// The verdict on a send_recv pattern, judged by every rank from the same gathered data
+// so that all reach the same one: `all` holds send_recv_fields values per rank (dst, src,
+// n, m, and 1 when the rank passed a null pointer with data to move). Throws
+// invalid_argument for a peer out of range or a null pointer, comm_error when the sends
+// and receives do not pair up (src's dst must be the rank, and src's n the rank's m).
+inline constexpr std::size_t send_recv_fields = 5;
+
+inline void check_send_recv_pattern(const std::uint64_t* all, int size, const char* who) {
+    const auto field = [&](int r, std::size_t f) { return all[static_cast<std::size_t>(r) * send_recv_fields + f]; };
+    const auto N = static_cast<std::uint64_t>(size);
+    for (int r = 0; r < size; ++r)
+        if (field(r, 0) >= N || field(r, 1) >= N)
+            throw invalid_argument(concat(who, " send_recv: rank ", r, " passed a peer out of range (dst ",
+                                          static_cast<std::int64_t>(field(r, 0)), ", src ",
+                                          static_cast<std::int64_t>(field(r, 1)), ", size ", size, ")"));
+    for (int r = 0; r < size; ++r)
+        if (field(r, 4) != 0)
+            throw invalid_argument(concat(who, " send_recv: rank ", r, " passed a null pointer with a nonzero count"));
+    for (int r = 0; r < size; ++r) {
+        const int from = static_cast<int>(field(r, 1));
+        if (field(from, 0) != static_cast<std::uint64_t>(r) || field(from, 2) != field(r, 3))
+            throw comm_error(concat(who, " send_recv: the ranks' sends and receives do not pair up: rank ", r,
+                                    " expects ", field(r, 3), " elements from rank ", from, ", which sends ",
+                                    field(from, 2), " to rank ", field(from, 0)));
+    }
+}
+
+// This rank's entry of that pattern.
+inline std::array<std::uint64_t, send_recv_fields> send_recv_entry(const float* send, std::size_t n, int dst,
+                                                                   float* recv, std::size_t m, int src) {
+    return {static_cast<std::uint64_t>(static_cast<std::int64_t>(dst)),
+            static_cast<std::uint64_t>(static_cast<std::int64_t>(src)), n, m,
+            (n != 0 && send == nullptr) || (m != 0 && recv == nullptr) ? 1u : 0u};
 }
 
 } // namespace detail

@@ -110,9 +110,7 @@ public:
             if (c != 0) std::memcpy(static_cast<float*>(w.slots_[r].dst) + b, scratch_.data(), c * sizeof(float));
         w.arrive_and_wait("all_reduce_sum");
         const std::uint64_t bytes = detail::all_reduce_bytes(n, sizeof(float), N, rank_);
-        traffic_.bytes_sent += bytes;
-        traffic_.bytes_received += bytes;
-        ++traffic_.calls;
+        traffic_.count_all_reduce(bytes);
     }
 
     // recv[r*bytes .. (r+1)*bytes) = rank r's send. Every rank must pass the same size.
@@ -130,9 +128,7 @@ public:
                                 w.slots_[r].src, bytes);
         w.arrive_and_wait("all_gather_bytes");
         if (!same) throw comm_error("comm::local all_gather_bytes: ranks passed different sizes");
-        traffic_.bytes_sent += static_cast<std::uint64_t>(N - 1) * bytes;
-        traffic_.bytes_received += static_cast<std::uint64_t>(N - 1) * bytes;
-        ++traffic_.calls;
+        traffic_.count_all_gather(bytes, N);
     }
 
     // Sends n floats to rank dst and receives m floats from rank src. Collective in this
@@ -159,9 +155,7 @@ public:
         if (ok && m != 0) std::memcpy(recv, w.slots_[src].src, m * sizeof(float));
         w.arrive_and_wait("send_recv");
         if (!ok) throw comm_error("comm::local send_recv: the ranks' sends and receives do not pair up");
-        traffic_.bytes_sent += n * sizeof(float);
-        traffic_.bytes_received += m * sizeof(float);
-        ++traffic_.calls;
+        traffic_.count_send_recv(n * sizeof(float), m * sizeof(float));
     }
 
     // data on every rank = data on root.
@@ -175,11 +169,7 @@ public:
         if (ok && rank_ != root && n != 0) std::memcpy(data, w.slots_[root].src, n * sizeof(float));
         w.arrive_and_wait("broadcast");
         if (!ok) throw comm_error("comm::local broadcast: ranks passed different sizes or roots");
-        if (rank_ == root)
-            traffic_.bytes_sent += static_cast<std::uint64_t>(N - 1) * n * sizeof(float);
-        else
-            traffic_.bytes_received += n * sizeof(float);
-        ++traffic_.calls;
+        traffic_.count_broadcast(n * sizeof(float), N, rank_ == root);
     }
 
     void barrier() { world_->arrive_and_wait("barrier"); }

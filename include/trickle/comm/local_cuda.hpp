@@ -272,9 +272,7 @@ public:
             if (N > 1 && n != 0) wait_for_peers(w.done_);
         });
         const std::uint64_t bytes = detail::all_reduce_bytes(n, sizeof(float), size(), rank_);
-        traffic_.bytes_sent += bytes;
-        traffic_.bytes_received += bytes;
-        ++traffic_.calls;
+        traffic_.count_all_reduce(bytes);
     }
 
     // Control plane, HOST pointers: recv[r*bytes .. (r+1)*bytes) = rank r's send, copied
@@ -315,9 +313,7 @@ public:
                                 slot_of(r).src, bytes);
             w.arrive_and_wait("all_gather_bytes");
         });
-        traffic_.bytes_sent += static_cast<std::uint64_t>(size() - 1) * bytes;
-        traffic_.bytes_received += static_cast<std::uint64_t>(size() - 1) * bytes;
-        ++traffic_.calls;
+        traffic_.count_all_gather(bytes, size());
     }
 
     // On the stream: sends n floats to rank dst and receives m floats from rank src.
@@ -369,9 +365,7 @@ public:
             // dst's stream reads my send buffer: my later work waits until it has.
             if (n != 0 && dst != rank_) wait_for(w.done_, dst);
         });
-        traffic_.bytes_sent += n * sizeof(float);
-        traffic_.bytes_received += m * sizeof(float);
-        ++traffic_.calls;
+        traffic_.count_send_recv(n * sizeof(float), m * sizeof(float));
     }
 
     // On the stream: data on every rank = data on root. Every rank must pass the same n
@@ -411,11 +405,7 @@ public:
             w.arrive_and_wait("broadcast");
             if (rank_ == root && n != 0) wait_for_peers(w.done_);
         });
-        if (rank_ == root)
-            traffic_.bytes_sent += static_cast<std::uint64_t>(size() - 1) * n * sizeof(float);
-        else
-            traffic_.bytes_received += n * sizeof(float);
-        ++traffic_.calls;
+        traffic_.count_broadcast(n * sizeof(float), size(), rank_ == root);
     }
 
     // Every rank's host thread reaches the barrier before any leaves it, and every

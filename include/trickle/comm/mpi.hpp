@@ -161,9 +161,7 @@ public:
                                              displs_.data(), MPI_FLOAT, comm_));
         }
         const std::uint64_t bytes = detail::all_reduce_bytes(n, sizeof(float), size_, rank_);
-        traffic_.bytes_sent += bytes;
-        traffic_.bytes_received += bytes;
-        ++traffic_.calls;
+        traffic_.count_all_reduce(bytes);
     }
 
     // recv[r*bytes .. (r+1)*bytes) = rank r's send, in host memory. Every rank must pass
@@ -181,9 +179,7 @@ public:
         if (bytes != 0)
             TRICKLE_MPI_CHECK(
                 MPI_Allgather(send, static_cast<int>(bytes), MPI_BYTE, recv, static_cast<int>(bytes), MPI_BYTE, comm_));
-        traffic_.bytes_sent += static_cast<std::uint64_t>(size_ - 1) * bytes;
-        traffic_.bytes_received += static_cast<std::uint64_t>(size_ - 1) * bytes;
-        ++traffic_.calls;
+        traffic_.count_all_gather(bytes, size_);
     }
 
     // Sends n floats to rank dst and receives m floats from rank src. Collective, as in
@@ -192,34 +188,12 @@ public:
     // data moves. The check gathers (dst, src, n, m) of all ranks: O(size) bytes.
     void send_recv(const float* send, std::size_t n, int dst, float* recv, std::size_t m, int src) {
         check_usable("send_recv");
-        constexpr std::size_t fields = 5;
-        const std::array<std::uint64_t, fields> mine{static_cast<std::uint64_t>(static_cast<std::int64_t>(dst)),
-                                                     static_cast<std::uint64_t>(static_cast<std::int64_t>(src)), n,
-                                                     m,
-                                                     (n != 0 && send == nullptr) || (m != 0 && recv == nullptr)};
+        const auto mine = detail::send_recv_entry(send, n, dst, recv, m, src);
+        constexpr auto fields = detail::send_recv_fields;
         std::vector<std::uint64_t> all(fields * static_cast<std::size_t>(size_));
         TRICKLE_MPI_CHECK(MPI_Allgather(mine.data(), static_cast<int>(fields), MPI_UINT64_T, all.data(),
                                         static_cast<int>(fields), MPI_UINT64_T, comm_));
-        // Every rank judges the whole pattern from the same data, so all reach one verdict.
-        const auto field = [&](int r, std::size_t f) { return all[static_cast<std::size_t>(r) * fields + f]; };
-        const auto N = static_cast<std::uint64_t>(size_);
-        for (int r = 0; r < size_; ++r)
-            if (field(r, 0) >= N || field(r, 1) >= N)
-                throw invalid_argument(detail::concat("comm::mpi send_recv: rank ", r, " passed a peer out of range (dst ",
-                                                      static_cast<std::int64_t>(field(r, 0)), ", src ",
-                                                      static_cast<std::int64_t>(field(r, 1)), ", size ", size_, ")"));
-        for (int r = 0; r < size_; ++r)
-            if (field(r, 4) != 0)
-                throw invalid_argument(
-                    detail::concat("comm::mpi send_recv: rank ", r, " passed a null pointer with a nonzero count"));
-        for (int r = 0; r < size_; ++r) {
-            const int from = static_cast<int>(field(r, 1));
-            if (field(from, 0) != static_cast<std::uint64_t>(r) || field(from, 2) != field(r, 3))
-                throw comm_error(detail::concat("comm::mpi send_recv: the ranks' sends and receives do not pair up: "
-                                                "rank ",
-                                                r, " expects ", field(r, 3), " elements from rank ", from, ", which sends ",
-                                                field(from, 2), " to rank ", field(from, 0)));
-        }
+        detail::check_send_recv_pattern(all.data(), size_, "comm::mpi");
         // Pieces of at most max_elements_; a side with nothing left talks to MPI_PROC_NULL,
         // which matches the peer's piece count because pairs carry equal counts.
         for (std::size_t off = 0; off < n || off < m; off += max_elements_) {
@@ -229,9 +203,7 @@ public:
                                            mr ? recv + off : nullptr, mr, MPI_FLOAT, mr ? src : MPI_PROC_NULL, tag,
                                            comm_, MPI_STATUS_IGNORE));
         }
-        traffic_.bytes_sent += n * sizeof(float);
-        traffic_.bytes_received += m * sizeof(float);
-        ++traffic_.calls;
+        traffic_.count_send_recv(n * sizeof(float), m * sizeof(float));
     }
 
     // data on every rank = data on root. Every rank must pass the same n and root.
@@ -249,11 +221,7 @@ public:
             const int len = static_cast<int>(n - off < max_elements_ ? n - off : max_elements_);
             TRICKLE_MPI_CHECK(MPI_Bcast(data + off, len, MPI_FLOAT, root, comm_));
         }
-        if (rank_ == root)
-            traffic_.bytes_sent += static_cast<std::uint64_t>(size_ - 1) * n * sizeof(float);
-        else
-            traffic_.bytes_received += n * sizeof(float);
-        ++traffic_.calls;
+        traffic_.count_broadcast(n * sizeof(float), size_, rank_ == root);
     }
 
     void barrier() {

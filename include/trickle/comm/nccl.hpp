@@ -103,9 +103,7 @@ public:
             TRICKLE_NCCL_CHECK(ncclAllReduce(data, data, n, ncclFloat, ncclSum, comm_, stream_));
         }
         const std::uint64_t bytes = detail::all_reduce_bytes(n, sizeof(float), size_, rank_);
-        traffic_.bytes_sent += bytes;
-        traffic_.bytes_received += bytes;
-        ++traffic_.calls;
+        traffic_.count_all_reduce(bytes);
     }
 
     // On the stream: sends n floats to rank dst and receives m floats from rank src, in
@@ -131,9 +129,7 @@ public:
             if (failed != nullptr) detail::check_nccl(rc, failed, __FILE__, __LINE__);
             TRICKLE_NCCL_CHECK(end);
         }
-        traffic_.bytes_sent += n * sizeof(float);
-        traffic_.bytes_received += m * sizeof(float);
-        ++traffic_.calls;
+        traffic_.count_send_recv(n * sizeof(float), m * sizeof(float));
     }
 
     // On the stream: data on every rank = data on root.
@@ -145,11 +141,7 @@ public:
             detail::check_pointer_space<cuda_space>(data, "comm::nccl broadcast: data");
             TRICKLE_NCCL_CHECK(ncclBroadcast(data, data, n, ncclFloat, root, comm_, stream_));
         }
-        if (rank_ == root)
-            traffic_.bytes_sent += static_cast<std::uint64_t>(size_ - 1) * n * sizeof(float);
-        else
-            traffic_.bytes_received += n * sizeof(float);
-        ++traffic_.calls;
+        traffic_.count_broadcast(n * sizeof(float), size_, rank_ == root);
     }
 
     // Control plane, HOST pointers: recv[r*bytes .. (r+1)*bytes) = rank r's send. Staged
@@ -181,9 +173,7 @@ public:
                 throw comm_error(detail::concat("comm::nccl all_gather_bytes: ranks passed different sizes: rank ", r,
                                                 " passed ", headers[2 * r], " bytes, rank ", rank_, " passed ", bytes));
         if (bytes != 0) gather_on_device(send, recv, bytes);
-        traffic_.bytes_sent += static_cast<std::uint64_t>(size_ - 1) * bytes;
-        traffic_.bytes_received += static_cast<std::uint64_t>(size_ - 1) * bytes;
-        ++traffic_.calls;
+        traffic_.count_all_gather(bytes, size_);
     }
 
     // Returns when every rank has reached the barrier and this rank's stream is drained.

@@ -28,6 +28,9 @@ public:
     virtual void step(const exec::openmp&) = 0;
     virtual void step(const exec::cuda&) = 0;
     virtual const exchange_stats& stats() const = 0;
+    // The SPARTA and DiLoCo parts of a combined algorithm (both equal stats() otherwise).
+    virtual const exchange_stats& sparse_stats() const = 0;
+    virtual const exchange_stats& outer_stats() const = 0;
     virtual void save(std::ostream&) const = 0;
     virtual void load(std::istream&, const std::string& source) = 0;
 };
@@ -42,6 +45,18 @@ public:
     void step(const exec::openmp& ex) override { dispatch(ex); }
     void step(const exec::cuda& ex) override { dispatch(ex); }
     const exchange_stats& stats() const override { return engine_.stats(); }
+    const exchange_stats& sparse_stats() const override {
+        if constexpr (requires { engine_.sparse_stats(); })
+            return engine_.sparse_stats();
+        else
+            return engine_.stats();
+    }
+    const exchange_stats& outer_stats() const override {
+        if constexpr (requires { engine_.outer_stats(); })
+            return engine_.outer_stats();
+        else
+            return engine_.stats();
+    }
     void save(std::ostream& os) const override { engine_.save(os); }
     void load(std::istream& is, const std::string& source) override { engine_.load(is, source); }
 
@@ -62,18 +77,32 @@ private:
 };
 
 // The public face shared by sparta, diloco and sparta_diloco: one type-erased engine.
+// Default-constructed (or moved-from) it holds none, so a trainer can declare the member
+// first and assign the algorithm once its parameters and communicator exist; using an
+// empty one throws invalid_argument.
 class erased_handle {
 public:
     template <class Exec>
     void step(const Exec& ex) {
-        impl_->step(ex);
+        get("step").step(ex);
     }
-    const exchange_stats& stats() const { return impl_->stats(); }
-    void save(std::ostream& os) const { impl_->save(os); }
-    void load(std::istream& is, const std::string& source = "stream") { impl_->load(is, source); }
+    const exchange_stats& stats() const { return get("stats").stats(); }
+    void save(std::ostream& os) const { get("save").save(os); }
+    void load(std::istream& is, const std::string& source = "stream") { get("load").load(is, source); }
+
+    // Whether this object holds an algorithm.
+    explicit operator bool() const { return impl_ != nullptr; }
 
 protected:
+    erased_handle() = default;
     explicit erased_handle(std::unique_ptr<algorithm_interface> impl) : impl_(std::move(impl)) {}
+
+    algorithm_interface& get(const char* what) const {
+        if (impl_ == nullptr)
+            throw invalid_argument(concat(what, ": this algorithm object is empty (default-constructed or moved from); "
+                                                "assign a constructed one first"));
+        return *impl_;
+    }
 
 private:
     std::unique_ptr<algorithm_interface> impl_;

@@ -1,0 +1,297 @@
+// trickle/torch/algorithms.hpp: SPARTA, DiLoCo and SPARTA + DiLoCo over a whole torch model.
+//
+// Part of the trickle::torch component. Each wrapper takes a module (or a list of
+// tensors, or model_params) and a communicator, builds one trickle algorithm per
+// (dtype, device) group of the parameters, and steps them all in step():
+//
+//   trickle::comm::process_group comm(pg);                 // or comm::mpi, comm::local, ...
+//   trickle::torch::sparta<trickle::sampler::permutation> sparta(*model, comm, {.fraction = 0.005, .seed = 42});
+//   ...
+//   optimizer.step();
+//   sparta.step();
+//
+// Host parameters step on exec::host; CUDA parameters (with a communicator over device
+// memory, such as comm::nccl) on the communicator's stream, which must then be the stream
+// the trainer's kernels use (or be ordered with it).
+//
+// Autograd: trickle writes the parameters in place through their storage. After every
+// step that wrote them (an exchange, an outer step, the initial broadcast) the wrapper
+// moves the tensors' version counters on, so if step() ran between a forward pass and
+// its backward, the backward raises PyTorch's "modified by an inplace operation" error
+// instead of silently using the averaged values. The rule: call step() after
+// optimizer.step() and before the next forward pass.
+#pragma once
+
+#include <trickle/algorithm/agreement.hpp>
+#include <trickle/algorithm/diloco.hpp>
+#include <trickle/algorithm/sparta.hpp>
+#include <trickle/algorithm/stats.hpp>
+#include <trickle/config.hpp>
+#include <trickle/core/config_record.hpp>
+#include <trickle/error.hpp>
+#include <trickle/exec/execution_space.hpp>
+#include <trickle/torch/params.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <istream>
+#include <ostream>
+#include <sstream>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+TRICKLE_NAMESPACE_BEGIN
+
+namespace torch {
+
+// The seed of group g: the options' seed for the first group (so a single-dtype model
+// samples exactly as trickle::sparta over the same group), distinct streams for the others.
+inline std::uint64_t group_seed(std::uint64_t seed, std::size_t g) {
+    return seed + static_cast<std::uint64_t>(g) * 0x9e3779b97f4a7c15ull;
+}
+
+namespace detail {
+
+// One trickle algorithm (Algo: trickle::sparta<...>, diloco<...> or sparta_diloco<...>)
+// per parameter group of a model.
+template <class Algo>
+class model_algorithm {
+public:
+    model_algorithm() = default;
+    model_algorithm(model_algorithm&&) noexcept = default;
+    model_algorithm& operator=(model_algorithm&&) noexcept = default;
+
+    // Collective: steps every group's algorithm, in group order, then bumps the version
+    // counters of the groups it wrote.
+    void step() {
+        require(!algos_.empty(), kind_, "::step: this object is empty (default-constructed or moved from)");
+        for (std::size_t g = 0; g < algos_.size(); ++g) params_.groups[g].check_unmoved(kind_);
+        for (std::size_t g = 0; g < algos_.size(); ++g) {
+            const std::uint64_t before = algos_[g].stats().exchanges;
+            stepper_(algos_[g]);
+            if (algos_[g].stats().exchanges != before) params_.groups[g].bump_versions();
+        }
+    }
+
+    // The sum over groups (steps as one group counts them; dense_bytes for all parameters).
+    exchange_stats stats() const {
+        return sum_over_groups([](const Algo& a) -> const exchange_stats& { return a.stats(); });
+    }
+    const exchange_stats& stats(std::size_t group) const { return at(group).stats(); }
+
+    std::size_t group_count() const { return algos_.size(); }
+    const model_params& params() const { return params_; }
+    explicit operator bool() const { return !algos_.empty(); }
+
+    Algo& algorithm(std::size_t group) { return algos_.at(group); }
+    const Algo& at(std::size_t group) const { return algos_.at(group); }
+
+    // Every group's state, in group order.
+    void save(std::ostream& os) const {
+        for (const auto& a : algos_) a.save(os);
+    }
+
+    // Collective. If any group fails to load, the groups already loaded are put back, on
+    // every worker alike, and the error is rethrown.
+    void load(std::istream& is, const std::string& source = "stream") {
+        std::ostringstream backup;
+        save(backup);
+        std::size_t loaded = 0;
+        try {
+            for (; loaded < algos_.size(); ++loaded) algos_[loaded].load(is, source);
+        } catch (...) {
+            std::istringstream restore(backup.str());
+            for (std::size_t g = 0; g < algos_.size(); ++g) {
+                if (g < loaded) {
+                    algos_[g].load(restore, "backup");
+                } else {
+                    std::ostringstream skip;
+                    algos_[g].save(skip); // same size as this group's part of the backup
+                    restore.seekg(static_cast<std::streamoff>(skip.str().size()), std::ios::cur);
+                }
+            }
+            throw;
+        }
+    }
+
+    std::string save_bytes() const {
+        std::ostringstream os;
+        save(os);
+        return os.str();
+    }
+    void load_bytes(const std::string& bytes) {
+        std::istringstream is(bytes);
+        load(is, "state_dict");
+    }
+
+protected:
+    // part(algorithm) summed over groups, as stats() sums.
+    template <class Part>
+    exchange_stats sum_over_groups(Part part) const {
+        exchange_stats s{};
+        for (std::size_t g = 0; g < algos_.size(); ++g) {
+            const exchange_stats& o = part(algos_[g]);
+            if (g == 0) {
+                s = o;
+                continue;
+            }
+            s += o;
+            s.dense_bytes += o.dense_bytes;
+        }
+        return s;
+    }
+
+    // Collects the parameters, agrees with every worker on their groups (so a rank whose
+    // model is bad or different throws together with the others instead of leaving them
+    // waiting), then builds make(group, comm, g) for each group g.
+    template <class Comm, class Collect, class Make>
+    void build(const char* kind, Comm& comm, Collect&& collect, Make&& make) {
+        using space = typename Comm::memory_space;
+        constexpr bool comm_on_device = std::is_same_v<space, cuda_space>;
+        kind_ = kind;
+        model_params p;
+        config_record rec(std::string("torch.") + kind);
+        try {
+            p = collect();
+        } catch (const error& e) {
+            rec.set_error(e.what());
+        }
+        rec.add("groups", p.groups.size());
+        for (std::size_t g = 0; g < p.groups.size(); ++g) {
+            const tensor_group& tg = p.groups[g];
+            rec.add(trickle::detail::concat("group", g),
+                    trickle::detail::concat(trickle::torch::detail::dtype_name(tg.dtype), '@',
+                                            tg.on_cuda() ? "cuda" : "cpu", ':', tg.tensors.size(), " tensors, ",
+                                            tg.elements(), " elements"));
+            if (tg.on_cuda() != comm_on_device && rec.error().empty())
+                rec.set_error(trickle::detail::concat(
+                    kind, ": parameter '", tg.names.front(), "' is on ", tg.device.str(), " but the communicator moves ",
+                    space::name, " memory",
+                    p.groups.size() > 1 ? " (a model split over CPU and CUDA needs one algorithm per device)" : ""));
+        }
+        if (p.groups.empty() && rec.error().empty()) rec.set_error(trickle::detail::concat(kind, ": the model has no parameters"));
+        agree(comm, rec);
+
+        std::vector<Algo> algos;
+        for (std::size_t g = 0; g < p.groups.size(); ++g)
+            std::visit(
+                [&](const auto& pg) {
+                    using G = std::remove_cvref_t<decltype(pg)>;
+                    if constexpr (std::is_same_v<typename G::memory_space, space>)
+                        algos.push_back(make(pg, comm, g));
+                },
+                p.groups[g].group);
+        for (std::size_t g = 0; g < algos.size(); ++g)
+            if (algos[g].stats().initial.calls != 0) p.groups[g].bump_versions();
+        params_ = std::move(p);
+        algos_ = std::move(algos);
+        stepper_ = [&comm](Algo& a) {
+            if constexpr (comm_on_device)
+                a.step(exec::cuda{comm.stream()});
+            else
+                a.step(exec::host{});
+        };
+    }
+
+private:
+    const char* kind_ = "trickle::torch";
+    model_params params_;
+    std::vector<Algo> algos_;
+    std::function<void(Algo&)> stepper_;
+};
+
+// What a wrapper's constructor accepts as the model.
+template <class M>
+concept module_like = std::is_base_of_v<::torch::nn::Module, std::remove_cvref_t<M>>;
+
+template <class M>
+model_params collect(const M& m) {
+    if constexpr (module_like<M>)
+        return trickle::torch::params(m, /*trainable_only=*/false);
+    else if constexpr (requires { m.ptr(); *m; })
+        return trickle::torch::params(*m, false); // a ModuleHolder (TORCH_MODULE)
+    else if constexpr (std::is_same_v<M, model_params>)
+        return m;
+    else
+        return trickle::torch::params(m); // tensors, or (name, tensor) pairs
+}
+
+} // namespace detail
+
+// SPARTA over every parameter group of a model. `model` is a torch::nn::Module, a
+// TORCH_MODULE holder, a std::vector<at::Tensor>, named tensors, or model_params.
+template <class Sampler = sampler::uniform, class Schedule = schedule::constant, class Topology = topology::all_reduce>
+class sparta : public detail::model_algorithm<trickle::sparta<Sampler, Schedule, Topology>> {
+    using base = detail::model_algorithm<trickle::sparta<Sampler, Schedule, Topology>>;
+
+public:
+    sparta() = default;
+
+    template <class Model, class Comm>
+    sparta(const Model& model, Comm& comm, sparta_options options = {}, Sampler sampler = {}, Schedule schedule = {},
+           Topology topology = {}) {
+        this->build(
+            "sparta", comm, [&] { return detail::collect(model); },
+            [&](const auto& group, Comm& c, std::size_t g) {
+                sparta_options o = options;
+                o.seed = group_seed(options.seed, g);
+                return trickle::sparta<Sampler, Schedule, Topology>(group, c, o, sampler, schedule, topology);
+            });
+    }
+};
+
+// DiLoCo over every parameter group of a model.
+template <class Outer = outer::nesterov, class Topology = topology::all_reduce>
+class diloco : public detail::model_algorithm<trickle::diloco<Outer, Topology>> {
+public:
+    diloco() = default;
+
+    template <class Model, class Comm>
+    diloco(const Model& model, Comm& comm, diloco_options options = {}, Outer outer = {}, Topology topology = {}) {
+        this->build(
+            "diloco", comm, [&] { return detail::collect(model); },
+            [&](const auto& group, Comm& c, std::size_t g) {
+                diloco_options o = options;
+                o.seed = group_seed(options.seed, g);
+                return trickle::diloco<Outer, Topology>(group, c, o, outer, topology);
+            });
+    }
+};
+
+// SPARTA inside DiLoCo's rounds, over every parameter group of a model.
+template <class Sampler = sampler::uniform, class Schedule = schedule::constant, class Topology = topology::all_reduce,
+          class Outer = outer::nesterov>
+class sparta_diloco : public detail::model_algorithm<trickle::sparta_diloco<Sampler, Schedule, Topology, Outer>> {
+public:
+    sparta_diloco() = default;
+
+    template <class Model, class Comm>
+    sparta_diloco(const Model& model, Comm& comm, sparta_options sparse = {}, diloco_options outer_opts = {},
+                  Sampler sampler = {}, Schedule schedule = {}, Topology topology = {}, Outer outer = {}) {
+        this->build(
+            "sparta_diloco", comm, [&] { return detail::collect(model); },
+            [&](const auto& group, Comm& c, std::size_t g) {
+                sparta_options s = sparse;
+                diloco_options o = outer_opts;
+                s.seed = group_seed(sparse.seed, g);
+                o.seed = group_seed(outer_opts.seed, g);
+                return trickle::sparta_diloco<Sampler, Schedule, Topology, Outer>(group, c, s, o, sampler, schedule,
+                                                                                  topology, outer);
+            });
+    }
+
+    // Each part's account, summed over groups (the initial broadcast is on the DiLoCo part).
+    exchange_stats sparse_stats() const {
+        return this->sum_over_groups([](const auto& a) -> const exchange_stats& { return a.sparse_stats(); });
+    }
+    exchange_stats outer_stats() const {
+        return this->sum_over_groups([](const auto& a) -> const exchange_stats& { return a.outer_stats(); });
+    }
+};
+
+} // namespace torch
+
+TRICKLE_NAMESPACE_END

@@ -1,0 +1,126 @@
+// comm::process_group over Gloo: the same bits, bytes and errors as comm::local.
+#include "torch_support.hpp"
+
+#include <trickle/comm/local.hpp>
+
+#include <doctest/doctest.h>
+#include <test_support.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+using namespace trickle;
+using trickle_test::mixed;
+using trickle_torch_test::require_all;
+using trickle_torch_test::require_ok;
+using trickle_torch_test::run_gloo;
+
+namespace {
+
+std::vector<float> inputs(int r, std::size_t n) {
+    std::vector<float> v(n);
+    for (std::size_t i = 0; i < n; ++i) v[i] = mixed(r, i);
+    return v;
+}
+
+} // namespace
+
+TEST_CASE("process_group all_reduce_sum: comm::local's bits on every rank, and its byte counts") {
+    for (int N : {1, 2, 3, 4}) {
+        for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{5}, std::size_t{1001}}) {
+            std::vector<std::vector<float>> ref(static_cast<std::size_t>(N)), got(static_cast<std::size_t>(N));
+            std::vector<traffic_counters> ref_t(static_cast<std::size_t>(N)), got_t(static_cast<std::size_t>(N));
+            comm::run_local(N, [&](comm::local& c) {
+                auto v = inputs(c.rank(), n);
+                c.all_reduce_sum(v.data(), n);
+                ref[static_cast<std::size_t>(c.rank())] = v;
+                ref_t[static_cast<std::size_t>(c.rank())] = c.traffic();
+            });
+            const auto errors = run_gloo(N, [&](comm::process_group& c) {
+                auto v = inputs(c.rank(), n);
+                c.all_reduce_sum(v.data(), n);
+                got[static_cast<std::size_t>(c.rank())] = v;
+                got_t[static_cast<std::size_t>(c.rank())] = c.traffic();
+            });
+            require_ok(errors);
+            for (int r = 0; r < N; ++r) {
+                INFO("N = ", N, ", n = ", n, ", rank ", r);
+                CHECK(trickle_test::bitwise_equal(got[static_cast<std::size_t>(r)], ref[static_cast<std::size_t>(r)]));
+                CHECK(got_t[static_cast<std::size_t>(r)] == ref_t[static_cast<std::size_t>(r)]);
+                CHECK(got_t[static_cast<std::size_t>(r)].bytes_sent ==
+                      trickle::detail::all_reduce_bytes(n, sizeof(float), N, r));
+            }
+        }
+    }
+}
+
+TEST_CASE("process_group broadcast, all_gather_bytes, send_recv and barrier") {
+    const int N = 3;
+    const auto errors = run_gloo(N, [&](comm::process_group& c) {
+        const int r = c.rank();
+        std::vector<float> b = inputs(r, 77);
+        c.broadcast(b.data(), b.size(), 1);
+        if (!trickle_test::bitwise_equal(b, inputs(1, 77))) throw std::logic_error("broadcast");
+        const std::uint64_t mine = 100u + static_cast<std::uint64_t>(r);
+        std::vector<std::uint64_t> all(N);
+        c.all_gather_bytes(&mine, all.data(), sizeof mine);
+        for (int q = 0; q < N; ++q)
+            if (all[static_cast<std::size_t>(q)] != 100u + static_cast<std::uint64_t>(q)) throw std::logic_error("gather");
+        // A ring: send to the next rank, receive from the previous one.
+        const std::vector<float> send = inputs(r, 10);
+        std::vector<float> recv(10);
+        c.send_recv(send.data(), 10, (r + 1) % N, recv.data(), 10, (r + N - 1) % N);
+        if (!trickle_test::bitwise_equal(recv, inputs((r + N - 1) % N, 10))) throw std::logic_error("send_recv");
+        c.barrier();
+        const traffic_counters t = c.traffic();
+        const std::uint64_t bcast = r == 1 ? 2u * 77 * 4 : 0u;
+        if (t.bytes_sent != bcast + 2 * sizeof mine + 40) throw std::logic_error("traffic sent");
+        if (t.calls != 3) throw std::logic_error("traffic calls");
+    });
+    require_ok(errors);
+}
+
+TEST_CASE("process_group: bad arguments throw on every rank, without a hang, and move nothing") {
+    const int N = 3;
+    SUBCASE("different element counts") {
+        const auto errors = run_gloo(N, [&](comm::process_group& c) {
+            std::vector<float> v(10, 1.0f);
+            c.all_reduce_sum(v.data(), c.rank() == 2 ? 9 : 10);
+        });
+        require_all(errors, "ranks passed different element counts (from 9 to 10)");
+    }
+    SUBCASE("a null pointer") {
+        const auto errors = run_gloo(N, [&](comm::process_group& c) {
+            std::vector<float> v(10, 1.0f);
+            c.all_reduce_sum(c.rank() == 1 ? nullptr : v.data(), 10);
+        });
+        require_all(errors, "rank 1 passed a null pointer");
+    }
+    SUBCASE("different broadcast roots") {
+        const auto errors = run_gloo(N, [&](comm::process_group& c) {
+            std::vector<float> v(4, 1.0f);
+            c.broadcast(v.data(), 4, c.rank() == 0 ? 1 : 0);
+        });
+        require_all(errors, "different sizes or roots");
+    }
+    SUBCASE("sends and receives that do not pair up") {
+        const auto errors = run_gloo(N, [&](comm::process_group& c) {
+            std::vector<float> s(4, 1.0f), d(4);
+            c.send_recv(s.data(), 4, (c.rank() + 1) % N, d.data(), c.rank() == 0 ? 3 : 4, (c.rank() + N - 1) % N);
+        });
+        require_all(errors, "do not pair up");
+    }
+    SUBCASE("the state is unchanged after a refused call") {
+        const auto errors = run_gloo(N, [&](comm::process_group& c) {
+            std::vector<float> v = inputs(c.rank(), 10);
+            try {
+                c.all_reduce_sum(v.data(), c.rank() == 0 ? 8 : 10);
+            } catch (const comm_error&) {
+            }
+            if (!trickle_test::bitwise_equal(v, inputs(c.rank(), 10))) throw std::logic_error("data changed");
+            if (c.traffic().calls != 0) throw std::logic_error("a refused call was counted");
+        });
+        require_ok(errors);
+    }
+}

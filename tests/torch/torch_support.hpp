@@ -1,0 +1,96 @@
+// Helpers of the trickle::torch tests: N ranks as threads, each with a Gloo process group
+// over one in-memory store.
+#pragma once
+
+#include <trickle/torch.hpp>
+
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/torch.h>
+
+#include <doctest/doctest.h>
+
+#include <exception>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace trickle_torch_test {
+
+inline c10::intrusive_ptr<c10d::ProcessGroup> gloo_group(const c10::intrusive_ptr<c10d::Store>& store, int rank,
+                                                         int size) {
+    auto opts = c10d::ProcessGroupGloo::Options::create();
+    opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+    return c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, opts);
+}
+
+// Runs fn(comm::process_group&) on `workers` threads; returns each rank's exception text
+// ("" when it returned normally).
+template <class Fn>
+std::vector<std::string> run_gloo(int workers, Fn&& fn) {
+    auto store = c10::make_intrusive<c10d::HashStore>();
+    std::vector<std::string> errors(static_cast<std::size_t>(workers));
+    std::vector<std::thread> threads;
+    for (int r = 0; r < workers; ++r)
+        threads.emplace_back([&, r] {
+            try {
+                trickle::comm::process_group comm(gloo_group(store, r, workers));
+                fn(comm);
+            } catch (const std::exception& e) {
+                errors[static_cast<std::size_t>(r)] = e.what();
+            }
+        });
+    for (auto& t : threads) t.join();
+    return errors;
+}
+
+// Every rank's error text contains `part`.
+inline void require_all(const std::vector<std::string>& errors, const std::string& part) {
+    for (std::size_t r = 0; r < errors.size(); ++r) {
+        INFO("rank ", r, ": ", errors[r]);
+        CHECK(errors[r].find(part) != std::string::npos);
+    }
+}
+
+// Every rank returned normally.
+inline void require_ok(const std::vector<std::string>& errors) {
+    for (std::size_t r = 0; r < errors.size(); ++r) {
+        INFO("rank ", r);
+        CHECK(errors[r] == std::string());
+    }
+}
+
+// A small two-layer network; `seed` sets its initial weights.
+struct netImpl : ::torch::nn::Module {
+    ::torch::nn::Linear fc1{nullptr}, fc2{nullptr};
+    netImpl(int in, int hidden, int out, std::uint64_t seed) {
+        fc1 = register_module("fc1", ::torch::nn::Linear(in, hidden));
+        fc2 = register_module("fc2", ::torch::nn::Linear(hidden, out));
+        // A generator of its own: the global one is not safe to share between threads.
+        ::torch::NoGradGuard no_grad;
+        auto gen = at::detail::createCPUGenerator(seed);
+        for (auto& p : parameters()) p.copy_(at::randn(p.sizes(), gen, p.options()) * 0.5);
+    }
+    at::Tensor forward(const at::Tensor& x) { return fc2(::torch::tanh(fc1(x))); }
+};
+TORCH_MODULE(net);
+
+// Every parameter of a module as one flat float vector (any dtype, converted).
+inline std::vector<float> flat(const ::torch::nn::Module& m) {
+    std::vector<float> out;
+    for (const auto& p : m.parameters()) {
+        const at::Tensor f = p.detach().to(at::kFloat).contiguous();
+        out.insert(out.end(), f.data_ptr<float>(), f.data_ptr<float>() + f.numel());
+    }
+    return out;
+}
+
+// A rank-specific change of every parameter, as a training step would make.
+inline void perturb(::torch::nn::Module& m, int rank, int step) {
+    ::torch::NoGradGuard no_grad;
+    auto gen = at::detail::createCPUGenerator(static_cast<std::uint64_t>(1000 * rank + step));
+    for (auto& p : m.parameters()) p.add_(at::randn(p.sizes(), gen, p.options().dtype(at::kFloat)).to(p.scalar_type()) * 0.01);
+}
+
+} // namespace trickle_torch_test
