@@ -71,31 +71,9 @@ using sampler_choice = std::variant<trickle::sampler::uniform, trickle::sampler:
                                     trickle::sampler::layerwise>;
 using schedule_choice = std::variant<trickle::schedule::constant, trickle::schedule::linear, trickle::schedule::cosine>;
 
-// The topology, chosen at run time: one topology policy whose kind is a value, so that the
-// five topologies add no instantiations (each algorithm is compiled once for it). It passes
-// the exchange's context on to the topologies that take one.
-struct runtime_topology {
-    static constexpr const char* name = "runtime";
-    static constexpr int scratch_buffers = 2; // the most any choice uses (ring: slots 2 and 3)
-    std::variant<trickle::topology::all_reduce, trickle::topology::ring, trickle::topology::gossip,
-                 trickle::topology::exponential, trickle::topology::islands>
-        chosen = trickle::topology::all_reduce{};
-
-    template <class Exec, class Comm, class Space>
-    int reduce(const Exec& ex, Comm& comm, float* buf, std::size_t n, trickle::workspace<float, Space, 4>& ws,
-               const trickle::reduce_context& ctx) const {
-        return std::visit(
-            [&](const auto& t) { return trickle::detail::topology_reduce(t, ex, comm, buf, n, ws, ctx); }, chosen);
-    }
-    void describe(trickle::config_record& rec) const {
-        std::visit([&](const auto& t) { t.describe(rec); }, chosen);
-    }
-    void describe(trickle::config_record& rec, int workers) const {
-        std::visit([&](const auto& t) { trickle::detail::describe_topology(t, rec, workers); }, chosen);
-    }
-};
-static_assert(trickle::topology_policy<runtime_topology>);
-using topology_choice = runtime_topology;
+// The topology, chosen at run time: trickle::topology::any holds one of the five, so they
+// add no instantiations (each algorithm is compiled once for it).
+using topology_choice = trickle::topology::any;
 
 inline sampler_choice make_sampler(const sim_config& c) {
     switch (c.sampler) {
@@ -132,22 +110,11 @@ inline trickle::sparta_options make_sparta_options(const sim_config& c) {
     return {.fraction = c.fraction, .interval = static_cast<std::uint64_t>(c.interval), .seed = c.seed};
 }
 
-// The outer learning-rate schedule, chosen at run time (one schedule_policy whose kind is
-// a value), so that scheduling the outer lr adds no instantiations: every optimizer with
-// an lr is wrapped in lr_scheduled with it. Its multiplier is exactly 1 when constant, so
-// an unscheduled run gives the bits of the bare optimizer.
-struct runtime_lr_schedule {
-    static constexpr const char* name = "runtime";
-    schedule_choice chosen = trickle::schedule::constant{};
-
-    double fraction(std::uint64_t step, double base) const {
-        return std::visit([&](const auto& s) { return s.fraction(step, base); }, chosen);
-    }
-    void describe(trickle::config_record& rec) const {
-        std::visit([&](const auto& s) { s.describe(rec); }, chosen);
-    }
-};
-static_assert(trickle::schedule_policy<runtime_lr_schedule>);
+// The outer learning-rate schedule, chosen at run time (trickle::schedule::any), so that
+// scheduling the outer lr adds no instantiations: every optimizer with an lr is wrapped in
+// lr_scheduled with it. Its multiplier is exactly 1 when constant, so an unscheduled run
+// gives the bits of the bare optimizer.
+using runtime_lr_schedule = trickle::schedule::any;
 
 template <class Opt>
 using scheduled = trickle::outer::lr_scheduled<Opt, runtime_lr_schedule>;
@@ -160,9 +127,9 @@ inline runtime_lr_schedule make_outer_lr_schedule(const sim_config& c) {
     // Outer steps in the run: the schedule's steps count them.
     const auto outer_steps = static_cast<std::uint64_t>(std::max(1, c.steps / c.outer_interval));
     switch (c.outer_lr_schedule) {
-    case schedule_kind::constant: return {trickle::schedule::constant{}};
-    case schedule_kind::linear: return {trickle::schedule::linear{.end_fraction = c.outer_lr_end, .steps = outer_steps}};
-    case schedule_kind::cosine: return {trickle::schedule::cosine{.end_fraction = c.outer_lr_end, .steps = outer_steps}};
+    case schedule_kind::constant: return trickle::schedule::constant{};
+    case schedule_kind::linear: return trickle::schedule::linear{.end_fraction = c.outer_lr_end, .steps = outer_steps};
+    case schedule_kind::cosine: return trickle::schedule::cosine{.end_fraction = c.outer_lr_end, .steps = outer_steps};
     }
     throw usage_error("--outer-lr-schedule: unhandled value");
 }
