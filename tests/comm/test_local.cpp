@@ -119,6 +119,33 @@ TEST_CASE("local broadcast and all_gather_bytes") {
     CHECK(true);
 }
 
+TEST_CASE("local all_gather and all_to_all: blocks where their definition puts them, bytes of the cost model") {
+    for (int N : {1, 2, 3, 5})
+        for (std::size_t bytes : {std::size_t{0}, std::size_t{1}, std::size_t{13}, std::size_t{4096}}) {
+            const auto errors = trickle_test::run_collect_errors(N, [&](comm::local& c) {
+                const std::string bad = trickle_test::check_byte_collectives(c, bytes);
+                if (!bad.empty()) throw std::logic_error(bad);
+            });
+            for (int r = 0; r < N; ++r) {
+                INFO("N = ", N, ", bytes = ", bytes, ", rank ", r);
+                CHECK(errors[static_cast<std::size_t>(r)] == std::string());
+            }
+        }
+}
+
+TEST_CASE("local all_gather and all_to_all: different sizes or a null pointer throw on every rank") {
+    auto errors = trickle_test::run_collect_errors(3, [](comm::local& c) {
+        std::vector<unsigned char> s(30), d(30);
+        c.all_to_all(s.data(), d.data(), c.rank() == 1 ? 9 : 10);
+    });
+    for (const auto& e : errors) CHECK(e == "comm::local all_to_all: ranks passed different sizes");
+    errors = trickle_test::run_collect_errors(3, [](comm::local& c) {
+        std::vector<unsigned char> s(30), d(30);
+        c.all_gather(c.rank() == 2 ? nullptr : s.data(), d.data(), 10);
+    });
+    for (const auto& e : errors) CHECK(e == "comm::local all_gather: rank 2 passed a null pointer with a nonzero size");
+}
+
 TEST_CASE("local: a failing worker aborts its peers instead of hanging them") {
     std::atomic<int> comm_errors{0};
     CHECK_THROWS_WITH_AS(comm::run_local(4,

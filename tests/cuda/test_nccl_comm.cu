@@ -4,6 +4,7 @@
 #include <trickle/exec/buffer.hpp>
 
 #include <doctest/doctest.h>
+#include <test_support.hpp>
 
 #include <cuda_runtime_api.h>
 #include <nccl.h>
@@ -236,5 +237,60 @@ TEST_CASE("nccl: one rank per GPU: sums, shifts, broadcasts, gathers and the byt
         CHECK(contains(o.errors[5], "all_gather_bytes: send is declared as host memory but points to CUDA device memory"));
         CHECK(o.errors[6] == "counters unchanged");
         CHECK(o.device_after == r);
+    }
+}
+
+TEST_CASE("nccl all_gather and all_to_all: device blocks where their definition puts them, bytes of the cost model") {
+    int N = 0;
+    TRICKLE_CUDA_CHECK(cudaGetDeviceCount(&N));
+    REQUIRE(N >= 1);
+    std::vector<ncclComm_t> handles(static_cast<std::size_t>(N));
+    TRICKLE_NCCL_CHECK(ncclCommInitAll(handles.data(), N, nullptr));
+    std::vector<std::string> failures(static_cast<std::size_t>(N));
+    std::vector<std::thread> threads;
+    for (int d = 0; d < N; ++d)
+        threads.emplace_back([&, d] {
+            try {
+                TRICKLE_CUDA_CHECK(cudaSetDevice(d));
+                cudaStream_t stream = nullptr;
+                TRICKLE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+                {
+                    comm::nccl c(handles[static_cast<std::size_t>(d)], stream);
+                    // The host helper's check, through device copies of its buffers.
+                    struct device_view {
+                        comm::nccl& c;
+                        int rank() const { return c.rank(); }
+                        int size() const { return c.size(); }
+                        traffic_counters traffic() const { return c.traffic(); }
+                        void through(const void* send, void* recv, std::size_t b, bool to_all) {
+                            const std::size_t in = to_all ? b * static_cast<std::size_t>(size()) : b;
+                            const std::size_t out = b * static_cast<std::size_t>(size());
+                            buffer<unsigned char, cuda_space> ds(in + 1), dr(out + 1);
+                            copy_elements<cuda_space, host_space>(ds.data(), static_cast<const unsigned char*>(send), in);
+                            if (to_all)
+                                c.all_to_all(ds.data(), dr.data(), b);
+                            else
+                                c.all_gather(ds.data(), dr.data(), b);
+                            c.synchronize();
+                            copy_elements<host_space, cuda_space>(static_cast<unsigned char*>(recv), dr.data(), out);
+                        }
+                        void all_to_all(const void* s, void* r, std::size_t b) { through(s, r, b, true); }
+                        void all_gather(const void* s, void* r, std::size_t b) { through(s, r, b, false); }
+                    } view{c};
+                    for (std::size_t bytes : {std::size_t{0}, std::size_t{1}, std::size_t{13}, std::size_t{65536}}) {
+                        const std::string bad = trickle_test::check_byte_collectives(view, bytes);
+                        if (!bad.empty()) throw std::logic_error(bad + " (" + std::to_string(bytes) + " bytes)");
+                    }
+                }
+                TRICKLE_CUDA_CHECK(cudaStreamDestroy(stream));
+            } catch (const std::exception& e) {
+                failures[static_cast<std::size_t>(d)] = e.what();
+            }
+        });
+    for (auto& t : threads) t.join();
+    for (auto h : handles) ncclCommDestroy(h);
+    for (int r = 0; r < N; ++r) {
+        INFO("rank ", r);
+        CHECK(failures[static_cast<std::size_t>(r)] == std::string());
     }
 }

@@ -4,6 +4,7 @@
 #include <trickle/comm/mpi.hpp>
 
 #include "mpi_test_support.hpp"
+#include "test_support.hpp"
 
 #include <doctest/doctest.h>
 
@@ -263,6 +264,19 @@ TEST_CASE("mpi all_gather_bytes: every rank's bytes in rank order") {
                                 static_cast<std::uint64_t>(N - 1) * sizeof mine, 1});
     CHECK_NOTHROW(c.all_gather_bytes(nullptr, nullptr, 0));
     CHECK(c.traffic().calls == before.calls + 2);
+}
+
+TEST_CASE("mpi all_gather and all_to_all: blocks where their definition puts them, bytes of the cost model") {
+    comm::mpi c;
+    for (std::size_t bytes : {std::size_t{0}, std::size_t{1}, std::size_t{13}, std::size_t{65536}}) {
+        INFO("bytes = ", bytes, ", rank ", c.rank());
+        CHECK(trickle_test::check_byte_collectives(c, bytes) == std::string());
+    }
+    std::vector<unsigned char> s(64), d(64);
+    const std::string e = thrown<comm_error>([&] { c.all_to_all(s.data(), d.data(), c.rank() == 0 ? 3 : 4); });
+    CHECK(e.find("comm::mpi all_to_all: ranks passed different sizes (from 3 to 4 bytes)") != std::string::npos);
+    const std::string n = thrown<invalid_argument>([&] { c.all_gather(c.rank() == 0 ? nullptr : s.data(), d.data(), 4); });
+    CHECK(n.find("comm::mpi all_gather: rank 0 passed a null pointer") != std::string::npos);
 }
 
 TEST_CASE("mpi: mismatched arguments throw on every rank, change nothing, and leave the communicator usable") {

@@ -3,6 +3,8 @@
 
 #include <trickle/comm/local.hpp>
 
+#include <algorithm>
+
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -47,6 +49,40 @@ std::vector<std::string> run_collect_errors(int workers, Fn&& fn) {
         });
     for (auto& t : threads) t.join();
     return errors;
+}
+
+// Rank r's byte j of the block it sends to rank q.
+inline unsigned char block_byte(int r, int q, std::size_t j) {
+    return static_cast<unsigned char>((r * 31 + q * 7 + static_cast<int>(j % 251)) & 0xff);
+}
+
+// Runs all_gather and all_to_all of `bytes` per block on a byte_communicator over host
+// memory (every rank at once) and checks them against their definition and the cost
+// model. Returns "" or what is wrong.
+template <class Comm>
+std::string check_byte_collectives(Comm& c, std::size_t bytes) {
+    const int N = c.size(), r = c.rank();
+    const auto B = bytes;
+    const trickle::traffic_counters before = c.traffic();
+    std::vector<unsigned char> send(B * static_cast<std::size_t>(N)), recv(B * static_cast<std::size_t>(N), 0);
+    for (int q = 0; q < N; ++q)
+        for (std::size_t j = 0; j < B; ++j) send[static_cast<std::size_t>(q) * B + j] = block_byte(r, q, j);
+    c.all_to_all(send.data(), recv.data(), B);
+    for (int q = 0; q < N; ++q)
+        for (std::size_t j = 0; j < B; ++j)
+            if (recv[static_cast<std::size_t>(q) * B + j] != block_byte(q, r, j))
+                return "all_to_all: wrong byte from rank " + std::to_string(q) + " at " + std::to_string(j);
+    std::fill(recv.begin(), recv.end(), 0);
+    c.all_gather(send.data(), recv.data(), B); // the first block of every rank's send
+    for (int q = 0; q < N; ++q)
+        for (std::size_t j = 0; j < B; ++j)
+            if (recv[static_cast<std::size_t>(q) * B + j] != block_byte(q, 0, j))
+                return "all_gather: wrong byte from rank " + std::to_string(q) + " at " + std::to_string(j);
+    const trickle::traffic_counters t = c.traffic() - before;
+    const std::uint64_t expect = 2 * static_cast<std::uint64_t>(N - 1) * B;
+    if (t.bytes_sent != expect || t.bytes_received != expect || t.calls != 2)
+        return "traffic: sent " + std::to_string(t.bytes_sent) + ", expected " + std::to_string(expect);
+    return "";
 }
 
 } // namespace trickle_test

@@ -81,6 +81,21 @@ TEST_CASE("process_group broadcast, all_gather_bytes, send_recv and barrier") {
     require_ok(errors);
 }
 
+TEST_CASE("process_group all_gather and all_to_all: blocks where their definition puts them, bytes of the cost model") {
+    for (int N : {1, 3})
+        for (std::size_t bytes : {std::size_t{0}, std::size_t{1}, std::size_t{4099}})
+            require_ok(run_gloo(N, [&](comm::process_group& c) {
+                const std::string bad = trickle_test::check_byte_collectives(c, bytes);
+                if (!bad.empty()) throw std::logic_error(bad);
+            }));
+    require_all(run_gloo(3,
+                         [&](comm::process_group& c) {
+                             std::vector<unsigned char> s(30), d(30);
+                             c.all_to_all(s.data(), d.data(), c.rank() == 0 ? 9 : 10);
+                         }),
+                "comm::process_group all_to_all: ranks passed different sizes (from 9 to 10 bytes)");
+}
+
 TEST_CASE("process_group: bad arguments throw on every rank, without a hang, and move nothing") {
     const int N = 3;
     SUBCASE("different element counts") {

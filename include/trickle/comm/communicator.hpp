@@ -20,6 +20,7 @@ TRICKLE_NAMESPACE_BEGIN
 //   all_gather_bytes of b bytes per rank: sent = received = (N - 1) * b
 //   send_recv: sent = the bytes sent, received = the bytes received
 //   broadcast of B bytes: the root sends (N - 1) * B, every other rank receives B
+//   all_gather of b bytes per rank, all_to_all of b bytes per peer: sent = received = (N - 1) * b
 struct traffic_counters {
     std::uint64_t bytes_sent = 0;
     std::uint64_t bytes_received = 0;
@@ -55,6 +56,7 @@ struct traffic_counters {
         bytes_received += static_cast<std::uint64_t>(ranks - 1) * bytes_per_rank;
         ++calls;
     }
+    void count_all_to_all(std::uint64_t bytes_per_peer, int ranks) { count_all_gather(bytes_per_peer, ranks); }
     void count_send_recv(std::uint64_t sent, std::uint64_t received) {
         bytes_sent += sent;
         bytes_received += received;
@@ -148,6 +150,19 @@ concept communicator = requires(C& c, const C& cc, float* f, const float* cf, st
     c.barrier();
     c.synchronize();
     { cc.traffic() } -> std::convertible_to<traffic_counters>;
+};
+
+// Byte collectives on the data plane (optional: the algorithms need them only for
+// payloads that cannot be summed by all_reduce_sum, such as encoded or compressed
+// values). Pointers are in memory_space, like the data of all_reduce_sum; every rank
+// passes the same size, or every rank throws (communicators that check arguments).
+//   all_gather(const void* send, void* recv, b)   recv[r*b .. (r+1)*b) = rank r's send
+//   all_to_all(const void* send, void* recv, b)   recv[q*b .. (q+1)*b) = rank q's send[r*b .. (r+1)*b)
+//                                                  on rank r (each sends N blocks of b bytes)
+template <class C>
+concept byte_communicator = communicator<C> && requires(C& c, const void* cv, void* v, std::size_t n) {
+    c.all_gather(cv, v, n);
+    c.all_to_all(cv, v, n);
 };
 
 TRICKLE_NAMESPACE_END

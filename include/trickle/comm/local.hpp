@@ -115,20 +115,16 @@ public:
 
     // recv[r*bytes .. (r+1)*bytes) = rank r's send. Every rank must pass the same size.
     void all_gather_bytes(const void* send, void* recv, std::size_t bytes) {
-        auto& w = *world_;
-        const int N = w.size_;
-        w.slots_[rank_] = {send, recv, bytes};
-        w.arrive_and_wait("all_gather_bytes");
-        bool same = true;
-        for (int r = 0; r < N; ++r) same = same && w.slots_[r].count == bytes;
-        if (same)
-            for (int r = 0; r < N; ++r)
-                if (bytes != 0)
-                    std::memcpy(static_cast<unsigned char*>(recv) + static_cast<std::size_t>(r) * bytes,
-                                w.slots_[r].src, bytes);
-        w.arrive_and_wait("all_gather_bytes");
-        if (!same) throw comm_error("comm::local all_gather_bytes: ranks passed different sizes");
-        traffic_.count_all_gather(bytes, N);
+        exchange_blocks("all_gather_bytes", send, recv, bytes, false);
+    }
+
+    // The data-plane byte collectives (byte_communicator): in host memory, as above.
+    void all_gather(const void* send, void* recv, std::size_t bytes) {
+        exchange_blocks("all_gather", send, recv, bytes, false);
+    }
+    // recv[q*bytes .. (q+1)*bytes) = rank q's send[rank*bytes .. (rank+1)*bytes).
+    void all_to_all(const void* send, void* recv, std::size_t bytes) {
+        exchange_blocks("all_to_all", send, recv, bytes, true);
     }
 
     // Sends n floats to rank dst and receives m floats from rank src. Collective in this
@@ -178,6 +174,35 @@ private:
     friend class local_world;
     local(local_world* w, int r) : world_(w), rank_(r) {}
 
+    // all_gather (every rank's whole send) or all_to_all (block `rank_` of every rank's
+    // send) of `bytes` per rank. Sizes and pointers are checked on every rank before
+    // anything is copied, so all ranks throw together.
+    void exchange_blocks(const char* op, const void* send, void* recv, std::size_t bytes, bool to_all) {
+        auto& w = *world_;
+        const int N = w.size_;
+        w.slots_[rank_] = {send, recv, bytes};
+        w.arrive_and_wait(op);
+        bool same = true;
+        int null_rank = -1;
+        for (int r = 0; r < N; ++r) {
+            same = same && w.slots_[r].count == bytes;
+            if (w.slots_[r].count != 0 && (w.slots_[r].src == nullptr || w.slots_[r].dst == nullptr) && null_rank < 0)
+                null_rank = r;
+        }
+        if (same && null_rank < 0 && bytes != 0)
+            for (int r = 0; r < N; ++r) {
+                const auto* from = static_cast<const unsigned char*>(w.slots_[r].src);
+                if (to_all) from += static_cast<std::size_t>(rank_) * bytes;
+                std::memcpy(static_cast<unsigned char*>(recv) + static_cast<std::size_t>(r) * bytes, from, bytes);
+            }
+        w.arrive_and_wait(op);
+        if (!same) throw comm_error(detail::concat("comm::local ", op, ": ranks passed different sizes"));
+        if (null_rank >= 0)
+            throw invalid_argument(
+                detail::concat("comm::local ", op, ": rank ", null_rank, " passed a null pointer with a nonzero size"));
+        traffic_.count_all_gather(bytes, N);
+    }
+
     local_world* world_;
     int rank_;
     traffic_counters traffic_{};
@@ -189,7 +214,7 @@ inline local local_world::rank(int r) {
     return local(this, r);
 }
 
-static_assert(communicator<local>);
+static_assert(byte_communicator<local>);
 
 // Runs fn(comm) for every rank of a new local_world, one thread each, and waits for all.
 // If any worker throws, the world is aborted (peers blocked in collectives get

@@ -167,19 +167,17 @@ public:
     // recv[r*bytes .. (r+1)*bytes) = rank r's send, in host memory. Every rank must pass
     // the same size, at most INT_MAX bytes; otherwise every rank throws.
     void all_gather_bytes(const void* send, void* recv, std::size_t bytes) {
-        check_usable("all_gather_bytes");
-        const auto s =
-            spread(std::array<std::uint64_t, 2>{bytes, null_flag(bytes != 0 && (send == nullptr || recv == nullptr))});
-        if (s[0].lo != s[0].hi)
-            throw comm_error(detail::concat("comm::mpi all_gather_bytes: ranks passed different sizes (from ", s[0].lo,
-                                            " to ", s[0].hi, " bytes); rank ", rank_, " passed ", bytes));
-        check_null("all_gather_bytes", s[1].hi);
-        require(bytes <= static_cast<std::size_t>(INT_MAX), "comm::mpi all_gather_bytes: ", bytes,
-                " bytes per rank is more than MPI's limit of ", INT_MAX);
-        if (bytes != 0)
-            TRICKLE_MPI_CHECK(
-                MPI_Allgather(send, static_cast<int>(bytes), MPI_BYTE, recv, static_cast<int>(bytes), MPI_BYTE, comm_));
-        traffic_.count_all_gather(bytes, size_);
+        exchange_blocks("all_gather_bytes", send, recv, bytes, false);
+    }
+
+    // The data-plane byte collectives (byte_communicator), in host memory: MPI_Allgather
+    // and MPI_Alltoall of MPI_BYTE, with the checks above.
+    void all_gather(const void* send, void* recv, std::size_t bytes) {
+        exchange_blocks("all_gather", send, recv, bytes, false);
+    }
+    // recv[q*bytes .. (q+1)*bytes) = rank q's send[rank*bytes .. (rank+1)*bytes).
+    void all_to_all(const void* send, void* recv, std::size_t bytes) {
+        exchange_blocks("all_to_all", send, recv, bytes, true);
     }
 
     // Sends n floats to rank dst and receives m floats from rank src. Collective, as in
@@ -261,6 +259,29 @@ private:
                 detail::concat("comm::mpi ", op, ": rank ", flag - 1, " passed a null pointer with a nonzero count"));
     }
 
+    void exchange_blocks(const char* op, const void* send, void* recv, std::size_t bytes, bool to_all) {
+        check_usable(op);
+        const auto s =
+            spread(std::array<std::uint64_t, 2>{bytes, null_flag(bytes != 0 && (send == nullptr || recv == nullptr))});
+        if (s[0].lo != s[0].hi)
+            throw comm_error(detail::concat("comm::mpi ", op, ": ranks passed different sizes (from ", s[0].lo, " to ",
+                                            s[0].hi, " bytes); rank ", rank_, " passed ", bytes));
+        check_null(op, s[1].hi);
+        require(bytes <= static_cast<std::size_t>(INT_MAX), "comm::mpi ", op, ": ", bytes,
+                " bytes per rank is more than MPI's limit of ", INT_MAX);
+        const int b = static_cast<int>(bytes);
+        if (bytes != 0) {
+            if (to_all)
+                TRICKLE_MPI_CHECK(MPI_Alltoall(send, b, MPI_BYTE, recv, b, MPI_BYTE, comm_));
+            else
+                TRICKLE_MPI_CHECK(MPI_Allgather(send, b, MPI_BYTE, recv, b, MPI_BYTE, comm_));
+        }
+        if (to_all)
+            traffic_.count_all_to_all(bytes, size_);
+        else
+            traffic_.count_all_gather(bytes, size_);
+    }
+
     void check_usable(const char* op) const {
         if (comm_ == MPI_COMM_NULL)
             throw invalid_argument(detail::concat("comm::mpi ", op, ": this communicator was moved from"));
@@ -283,7 +304,7 @@ private:
     std::vector<int> counts_, displs_;
 };
 
-static_assert(communicator<mpi>);
+static_assert(byte_communicator<mpi>);
 
 } // namespace comm
 

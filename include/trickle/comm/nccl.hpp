@@ -144,6 +144,53 @@ public:
         traffic_.count_broadcast(n * sizeof(float), size_, rank_ == root);
     }
 
+    // Data plane, DEVICE pointers, on the stream (byte_communicator): recv[r*bytes ..
+    // (r+1)*bytes) = rank r's send (ncclAllGather of ncclUint8). As for all_reduce_sum,
+    // sizes are not compared between ranks (no host round trip on the data path).
+    void all_gather(const void* send, void* recv, std::size_t bytes) {
+        require(bytes == 0 || (send != nullptr && recv != nullptr), "comm::nccl all_gather: null pointer with ", bytes,
+                " bytes");
+        if (bytes != 0) {
+            detail::device_scope on(device_);
+            detail::check_pointer_space<cuda_space>(send, "comm::nccl all_gather: send");
+            detail::check_pointer_space<cuda_space>(recv, "comm::nccl all_gather: recv");
+            TRICKLE_NCCL_CHECK(ncclAllGather(send, recv, bytes, ncclUint8, comm_, stream_));
+        }
+        traffic_.count_all_gather(bytes, size_);
+    }
+
+    // Data plane, DEVICE pointers, on the stream: recv[q*bytes .. (q+1)*bytes) = rank q's
+    // send[rank*bytes .. (rank+1)*bytes); one NCCL group of a send and a receive per peer,
+    // this rank's own block copied on the stream.
+    void all_to_all(const void* send, void* recv, std::size_t bytes) {
+        require(bytes == 0 || (send != nullptr && recv != nullptr), "comm::nccl all_to_all: null pointer with ", bytes,
+                " bytes");
+        if (bytes != 0) {
+            detail::device_scope on(device_);
+            detail::check_pointer_space<cuda_space>(send, "comm::nccl all_to_all: send");
+            detail::check_pointer_space<cuda_space>(recv, "comm::nccl all_to_all: recv");
+            const auto* in = static_cast<const unsigned char*>(send);
+            auto* out = static_cast<unsigned char*>(recv);
+            const auto at = [&](int r) { return static_cast<std::size_t>(r) * bytes; };
+            TRICKLE_CUDA_CHECK(cudaMemcpyAsync(out + at(rank_), in + at(rank_), bytes, cudaMemcpyDeviceToDevice, stream_));
+            TRICKLE_NCCL_CHECK(ncclGroupStart());
+            // The group must be closed even when a call inside it fails.
+            ncclResult_t rc = ncclSuccess;
+            const char* failed = nullptr;
+            for (int r = 0; r < size_ && failed == nullptr; ++r) {
+                if (r == rank_) continue;
+                if ((rc = ncclSend(in + at(r), bytes, ncclUint8, r, comm_, stream_)) != ncclSuccess)
+                    failed = "ncclSend(in + at(r), bytes, ncclUint8, r, comm_, stream_)";
+                else if ((rc = ncclRecv(out + at(r), bytes, ncclUint8, r, comm_, stream_)) != ncclSuccess)
+                    failed = "ncclRecv(out + at(r), bytes, ncclUint8, r, comm_, stream_)";
+            }
+            const ncclResult_t end = ncclGroupEnd();
+            if (failed != nullptr) detail::check_nccl(rc, failed, __FILE__, __LINE__);
+            TRICKLE_NCCL_CHECK(end);
+        }
+        traffic_.count_all_to_all(bytes, size_);
+    }
+
     // Control plane, HOST pointers: recv[r*bytes .. (r+1)*bytes) = rank r's send. Staged
     // through device scratch and waits for the stream. Every rank first shares its size
     // and whether its pointers are usable, so a bad argument on any rank throws on all.
@@ -235,7 +282,7 @@ private:
     buffer<float, cuda_space> token_;
 };
 
-static_assert(communicator<nccl>);
+static_assert(byte_communicator<nccl>);
 
 } // namespace comm
 

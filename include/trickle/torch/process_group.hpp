@@ -114,15 +114,14 @@ public:
 
     // recv[r*bytes .. (r+1)*bytes) = rank r's send. Every rank must pass the same size.
     void all_gather_bytes(const void* send, void* recv, std::size_t bytes) {
-        const auto s = spread<2>("all_gather_bytes", {static_cast<std::int64_t>(bytes),
-                                                   null_flag(bytes != 0 && (send == nullptr || recv == nullptr))});
-        if (s[0].lo != s[0].hi)
-            throw comm_error(detail::concat("comm::process_group all_gather_bytes: ranks passed different sizes (from ",
-                                            s[0].lo, " to ", s[0].hi, " bytes); rank ", rank_, " passed ", bytes));
-        check_null("all_gather_bytes", s[1].hi);
-        if (bytes != 0) gather_bytes("all_gather_bytes", send, recv, bytes);
-        traffic_.count_all_gather(bytes, size_);
+        exchange_blocks("all_gather_bytes", send, recv, bytes, false);
     }
+
+    // The data-plane byte collectives (byte_communicator), in host memory: the process
+    // group's allgather and alltoall_base on uint8 tensors, with the checks above.
+    void all_gather(const void* send, void* recv, std::size_t bytes) { exchange_blocks("all_gather", send, recv, bytes, false); }
+    // recv[q*bytes .. (q+1)*bytes) = rank q's send[rank*bytes .. (rank+1)*bytes).
+    void all_to_all(const void* send, void* recv, std::size_t bytes) { exchange_blocks("all_to_all", send, recv, bytes, true); }
 
     // Sends n floats to rank dst and receives m floats from rank src; collective, with the
     // pattern checked on every rank before any data moves (as comm::mpi does).
@@ -223,6 +222,30 @@ private:
         run(op, [&] { return group_->allgather(out, in); });
     }
 
+    void exchange_blocks(const char* op, const void* send, void* recv, std::size_t bytes, bool to_all) {
+        const auto s = spread<2>(op, {static_cast<std::int64_t>(bytes),
+                                      null_flag(bytes != 0 && (send == nullptr || recv == nullptr))});
+        if (s[0].lo != s[0].hi)
+            throw comm_error(detail::concat("comm::process_group ", op, ": ranks passed different sizes (from ", s[0].lo,
+                                            " to ", s[0].hi, " bytes); rank ", rank_, " passed ", bytes));
+        check_null(op, s[1].hi);
+        if (bytes != 0) {
+            if (to_all) {
+                const auto opts = at::TensorOptions().dtype(at::kByte);
+                const auto total = static_cast<std::int64_t>(bytes * static_cast<std::size_t>(size_));
+                at::Tensor in = at::from_blob(const_cast<void*>(send), {total}, opts);
+                at::Tensor out = at::from_blob(recv, {total}, opts);
+                run(op, [&] {
+                    std::vector<std::int64_t> equal_out, equal_in; // empty: equal blocks
+                    return group_->alltoall_base(out, in, equal_out, equal_in);
+                });
+            } else {
+                gather_bytes(op, send, recv, bytes);
+            }
+        }
+        traffic_.count_all_gather(bytes, size_);
+    }
+
     // The minimum and maximum of each value over all ranks, in one allreduce(MAX) of the
     // values and their negations.
     template <std::size_t K>
@@ -259,7 +282,7 @@ private:
     std::vector<float> scratch_;
 };
 
-static_assert(communicator<process_group>);
+static_assert(byte_communicator<process_group>);
 
 } // namespace comm
 
