@@ -1,0 +1,118 @@
+// python/csrc/module.cpp: the trickle._C extension module (exceptions, the bound algorithm
+// class, the factories). The Python layer (trickle/_algorithms.py) validates arguments and
+// builds the option dicts the factories read.
+#include "common.hpp"
+
+#include <exception>
+
+namespace trickle_py {
+namespace {
+
+py::dict stats_dict(const trickle::exchange_stats& s) {
+    py::dict d;
+    d["steps"] = s.steps;
+    d["exchanges"] = s.exchanges;
+    d["values"] = s.values;
+    d["bytes_sent"] = s.total.bytes_sent;
+    d["bytes_received"] = s.total.bytes_received;
+    d["calls"] = s.total.calls;
+    d["last_bytes_sent"] = s.last.bytes_sent;
+    d["last_bytes_received"] = s.last.bytes_received;
+    d["last_calls"] = s.last.calls;
+    d["last_values"] = s.last_values;
+    d["dense_bytes"] = s.dense_bytes;
+    d["reduction"] = s.reduction();
+    d["initial_bytes_sent"] = s.initial.bytes_sent;
+    d["initial_bytes_received"] = s.initial.bytes_received;
+    d["initial_calls"] = s.initial.calls;
+    return d;
+}
+
+py::list groups_list(const trickle::torch::model_params& p) {
+    py::list out;
+    for (const auto& g : p.groups) {
+        py::dict d;
+        d["dtype"] = std::string(c10::toString(g.dtype));
+        d["device"] = g.device.str();
+        d["names"] = g.names;
+        d["elements"] = g.elements();
+        out.append(d);
+    }
+    return out;
+}
+
+// Collective: every rank reports the error its Python layer found (or none), so that a
+// rank with a bad argument raises together with the others instead of leaving them
+// waiting in the algorithm's constructor. Throws invalid_argument on every rank if any
+// rank reported one.
+void agree_python(process_group_ptr pg, const std::string& kind, const std::string& error) {
+    trickle::comm::process_group comm(std::move(pg));
+    trickle::config_record rec("python." + kind);
+    if (!error.empty()) rec.set_error(error);
+    py::gil_scoped_release release;
+    trickle::agree(comm, rec);
+}
+
+} // namespace
+} // namespace trickle_py
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+    namespace py = pybind11;
+    using namespace trickle_py;
+    m.doc() = "trickle's C++ algorithms (SPARTA, DiLoCo) over torch.distributed process groups";
+
+    // Python classes for trickle's errors (the package re-exports them as trickle.MismatchError
+    // and trickle.CommError). invalid_argument becomes ValueError, any other trickle::error
+    // RuntimeError.
+    static py::exception<trickle::mismatch_error> mismatch(m, "MismatchError", PyExc_ValueError);
+    static py::exception<trickle::comm_error> comm(m, "CommError", PyExc_RuntimeError);
+    py::register_local_exception_translator([](std::exception_ptr p) {
+        try {
+            if (p) std::rethrow_exception(p);
+        } catch (const trickle::mismatch_error& e) {
+            PyErr_SetString(mismatch.ptr(), e.what());
+        } catch (const trickle::comm_error& e) {
+            PyErr_SetString(comm.ptr(), e.what());
+        } catch (const trickle::invalid_argument& e) {
+            PyErr_SetString(PyExc_ValueError, e.what());
+        } catch (const trickle::error& e) {
+            PyErr_SetString(PyExc_RuntimeError, e.what());
+        }
+    });
+
+    py::class_<bound_algorithm>(m, "Algorithm")
+        .def_property_readonly("kind", &bound_algorithm::kind)
+        .def_property_readonly("rank", &bound_algorithm::rank)
+        .def_property_readonly("world_size", &bound_algorithm::size)
+        .def(
+            "step",
+            [](bound_algorithm& a) {
+                py::gil_scoped_release release;
+                a.algo().step();
+            },
+            "Collective: one step of the algorithm (after optimizer.step()).")
+        .def("stats", [](const bound_algorithm& a) { return stats_dict(a.algo().stats()); })
+        .def("sparse_stats", [](const bound_algorithm& a) { return stats_dict(a.algo().sparse_stats()); })
+        .def("outer_stats", [](const bound_algorithm& a) { return stats_dict(a.algo().outer_stats()); })
+        .def("groups", [](const bound_algorithm& a) { return groups_list(a.algo().params()); })
+        .def("save_bytes",
+             [](const bound_algorithm& a) {
+                 std::string b;
+                 {
+                     py::gil_scoped_release release;
+                     b = a.algo().save_bytes();
+                 }
+                 return py::bytes(b);
+             })
+        .def("load_bytes", [](bound_algorithm& a, const py::bytes& data) {
+            std::string b = data; // copied under the GIL
+            py::gil_scoped_release release;
+            a.algo().load_bytes(b);
+        });
+
+    m.def("sparta", &make_sparta, py::arg("group"), py::arg("params"), py::arg("options"));
+    m.def("diloco", &make_diloco, py::arg("group"), py::arg("params"), py::arg("options"));
+    m.def("sparta_diloco", &make_sparta_diloco, py::arg("group"), py::arg("params"), py::arg("options"));
+    m.def("agree", &agree_python, py::arg("group"), py::arg("kind"), py::arg("error"));
+    m.attr("has_cuda") = false;
+}

@@ -1,0 +1,70 @@
+"""Build script of the `trickle` Python package (a torch C++ extension over the header-only library).
+
+Install from the repository root with the torch you will train with already installed:
+
+    pip install --no-build-isolation ./python
+
+The extension is compiled against that torch (its headers and libraries), with -std=c++20,
+and the trickle headers found by `trickle_include_dir()` below.
+"""
+
+import os
+import sys
+from pathlib import Path
+
+from setuptools import setup
+
+HERE = Path(__file__).resolve().parent
+
+
+def trickle_include_dir() -> str:
+    """The directory holding trickle/trickle.hpp.
+
+    In order: $TRICKLE_INCLUDE_DIR; python/include (a copy shipped next to this file);
+    the repository's include/ one level above this file (the usual in-tree build).
+    """
+    candidates = []
+    env = os.environ.get("TRICKLE_INCLUDE_DIR")
+    if env:
+        candidates.append(Path(env).expanduser().resolve())
+    candidates += [HERE / "include", HERE.parent / "include"]
+    for c in candidates:
+        if (c / "trickle" / "trickle.hpp").is_file():
+            return str(c)
+    sys.exit(
+        "trickle: cannot find the trickle headers (trickle/trickle.hpp); looked in "
+        + ", ".join(str(c) for c in candidates)
+        + ". Build from a checkout of the repository (pip install --no-build-isolation ./python), "
+        "or set TRICKLE_INCLUDE_DIR to the repository's include/ directory."
+    )
+
+
+def extensions():
+    try:
+        import torch  # noqa: F401
+        from torch.utils.cpp_extension import BuildExtension, CppExtension
+    except ImportError:
+        sys.exit(
+            "trickle: building the extension needs torch installed in the same environment; install torch first, "
+            "then `pip install --no-build-isolation ./python` (build isolation would hide the installed torch)"
+        )
+    include = trickle_include_dir()
+    sources = sorted(str(p.relative_to(HERE)) for p in (HERE / "csrc").glob("*.cpp"))
+    # -g0: the interpreter's CFLAGS carry -g, which would make a 50 MB module and a slower build.
+    cxx = ["-std=c++20", "-O2", "-g0", "-fvisibility=hidden", "-Wno-deprecated-declarations"]
+    if os.environ.get("TRICKLE_DEBUG_BUILD"):
+        cxx = ["-std=c++20", "-O0", "-g"]
+    ext = CppExtension(
+        name="trickle._C",
+        sources=sources,
+        include_dirs=[include, str(HERE / "csrc")],
+        extra_compile_args={"cxx": cxx},
+        define_macros=[("TRICKLE_HAS_TORCH", "1")],
+        depends=[str(p) for p in (HERE / "csrc").glob("*.hpp")],
+    )
+    # Ninja (when installed) builds only what changed; MAX_JOBS limits its parallelism.
+    return [ext], {"build_ext": BuildExtension.with_options(use_ninja=True)}
+
+
+ext_modules, cmdclass = extensions()
+setup(ext_modules=ext_modules, cmdclass=cmdclass)

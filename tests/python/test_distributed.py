@@ -1,0 +1,585 @@
+"""trickle's Python bindings on several processes (gloo, CPU).
+
+    torchrun --standalone --nproc_per_node 4 tests/python/test_distributed.py
+
+with a torchrun whose Python has trickle installed, or without torchrun:
+
+    build/pyenv/bin/python tests/python/launch.py --nproc 4 tests/python/test_distributed.py
+
+(Debian 12's torch 1.13 under Python 3.11 needs `torchrun ... --redirects 2 --tee 2`: see
+launch.py.) Exits non-zero when a test fails on any rank.
+TRICKLE_TEST_ONLY=substring runs only the tests whose name contains it.
+"""
+
+from __future__ import annotations
+
+import datetime
+import io
+import math
+import os
+import sys
+import threading
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+from harness import bits, expect_raises, flat, gather, rank, world  # noqa: E402
+
+import trickle  # noqa: E402
+
+# ---------------------------------------------------------------------------------------
+# Helpers
+
+
+def make_model(seed: int = 0, extra: bool = False) -> nn.Module:
+    torch.manual_seed(seed)
+    layers = [nn.Linear(12, 20), nn.Tanh(), nn.Linear(20, 6)]
+    if extra:
+        layers += [nn.Tanh(), nn.Linear(6, 6)]
+    return nn.Sequential(*layers)
+
+
+def perturb(params, step: int, scale: float = 0.01) -> None:
+    """A rank-specific change of every position, deterministic in (rank, step)."""
+    g = torch.Generator().manual_seed(7919 * (rank() + 1) + step)
+    with torch.no_grad():
+        for p in params:
+            p.add_((torch.randn(p.shape, generator=g) * scale).to(p.dtype))
+
+
+def identical_mask(vec: torch.Tensor) -> torch.Tensor:
+    """Positions where every rank holds the same bits."""
+    all_bits = [bits(v) for v in gather(vec)]
+    same = torch.ones_like(all_bits[0], dtype=torch.bool)
+    for b in all_bits[1:]:
+        same &= b == all_bits[0]
+    return same
+
+
+def mean_of_replicas(vec: torch.Tensor) -> torch.Tensor:
+    return torch.stack(gather(vec)).double().mean(0).float()
+
+
+def all_reduce_bytes(n: int, ranks: int, r: int, elem: int = 4) -> int:
+    """include/trickle/comm/communicator.hpp detail::all_reduce_bytes."""
+    if ranks <= 1:
+        return 0
+    c = n // ranks + (1 if r < n % ranks else 0)
+    return ((n - c) + (ranks - 1) * c) * elem
+
+
+def same_on_all_ranks(value) -> bool:
+    t = torch.tensor([float(value)], dtype=torch.float64)
+    lo, hi = t.clone(), t.clone()
+    dist.all_reduce(lo, op=dist.ReduceOp.MIN)
+    dist.all_reduce(hi, op=dist.ReduceOp.MAX)
+    return bool(lo.item() == hi.item())
+
+
+# ---------------------------------------------------------------------------------------
+# Tests
+
+
+def test_broadcast_initial():
+    m = make_model(seed=100 + rank())  # different replicas
+    n = sum(p.numel() for p in m.parameters())
+    before = flat(m.parameters())
+    s = trickle.SPARTA(m, fraction=0.01, seed=3)
+    v = flat(m.parameters())
+    same = identical_mask(v)
+    r0 = gather(before)[0]
+    st = s.stats
+    assert bool(same.all()), f"{int((~same).sum())} positions differ after the initial broadcast"
+    assert torch.equal(bits(v), bits(r0)), "the replicas do not hold rank 0's parameters"
+    N = world()
+    if rank() == 0:
+        assert st.initial_bytes_sent == (N - 1) * n * 4, st
+        assert st.initial_bytes_received == 0, st
+    else:
+        assert st.initial_bytes_sent == 0 and st.initial_bytes_received == n * 4, st
+    assert st.bytes_sent == 0 and st.steps == 0, st
+
+
+def test_sparta_full_fraction_makes_replicas_identical():
+    m = make_model(seed=rank())
+    n = sum(p.numel() for p in m.parameters())
+    s = trickle.SPARTA(m, fraction=1.0, seed=5)
+    for step in range(3):
+        perturb(m.parameters(), step)
+        pre = flat(m.parameters())
+        differ_before = int((~identical_mask(pre)).sum())
+        mean = mean_of_replicas(pre)
+        s.step()
+        post = flat(m.parameters())
+        same = identical_mask(post)
+        assert differ_before == n, f"the perturbation left {n - differ_before} positions equal"
+        assert bool(same.all()), f"step {step}: {int((~same).sum())} of {n} positions differ after fraction=1.0"
+        assert torch.allclose(post, mean, rtol=0, atol=1e-6), "the averaged values are not the replicas' mean"
+        assert s.stats.last_values == n, s.stats
+
+
+def _partial(sampler: str, steps: int):
+    m = make_model(seed=rank())
+    n = sum(p.numel() for p in m.parameters())
+    p = 0.1
+    s = trickle.SPARTA(m, fraction=p, sampler=sampler, seed=11)
+    chosen = []
+    for step in range(steps):
+        perturb(m.parameters(), step)
+        pre = flat(m.parameters())
+        mean = mean_of_replicas(pre)
+        s.step()
+        post = flat(m.parameters())
+        same = identical_mask(post)
+        st = s.stats
+        k = int(same.sum())
+        assert k == st.last_values, f"{sampler} step {step}: {k} positions identical, trickle averaged {st.last_values}"
+        if sampler == "uniform":  # round(p n) positions
+            expected = int(p * n + 0.5)
+        else:  # ceil(p n) positions, the rest of the cycle at its end
+            per = math.ceil(p * n)
+            expected = min(per, n - (step * per) % n)
+        assert k == expected, f"{sampler} step {step}: {k} positions averaged, expected {expected}"
+        assert torch.allclose(post[same], mean[same], rtol=0, atol=1e-6), "averaged positions do not hold the mean"
+        changed = bits(post) != bits(pre)
+        assert not bool((changed & ~same).any()), "a position changed without being averaged"
+        assert st.exchanges == step + 1 and st.steps == step + 1 and st.values == sum(
+            int(c.sum()) for c in chosen
+        ) + k, st
+        chosen.append(same)
+    return n, chosen
+
+
+def test_sparta_partial_fraction_uniform():
+    _partial("uniform", 3)
+
+
+def test_sparta_partial_fraction_permutation_covers_everything():
+    n, chosen = _partial("permutation", 10)  # ceil(1 / 0.1) exchanges: one cycle
+    count = torch.zeros(n, dtype=torch.int64)
+    for c in chosen:
+        count += c.long()
+    assert int(count.max()) == 1, "a position was averaged twice within one permutation cycle"
+    assert int(count.min()) == 1, f"{int((count == 0).sum())} positions never averaged in one cycle"
+
+
+def test_bytes_match_the_cost_model():
+    N, r = world(), rank()
+    n = 4000  # N divides n and the selected count
+    t = torch.randn(n, generator=torch.Generator().manual_seed(r))
+    s = trickle.SPARTA([t], fraction=0.01, seed=1)
+    steps = 5
+    for _ in range(steps):
+        s.step()
+    st = s.stats
+    k = 40
+    assert st.last_values == k, st
+    per = all_reduce_bytes(k, N, r)
+    assert per == 2 * (N - 1) * k * 4 // N
+    assert st.last_bytes_sent == per and st.last_bytes_received == per, st
+    assert st.bytes_sent == steps * per and st.bytes_received == steps * per, st
+    dense = all_reduce_bytes(n, N, r)
+    assert dense == 2 * (N - 1) * n * 4 // N
+    assert st.dense_bytes == steps * dense, st
+    assert abs(st.reduction - dense / per) < 1e-9, st
+    assert st.initial_bytes_sent == (N - 1) * n * 4 if r == 0 else st.initial_bytes_received == n * 4, st
+    assert same_on_all_ranks(st.bytes_sent), "ranks counted different bytes"
+
+    # A count N does not divide: trickle's chunking (rank r's chunk is n/N, +1 for r < n % N).
+    u = torch.randn(1003, generator=torch.Generator().manual_seed(r))
+    s2 = trickle.SPARTA([u], fraction=1.0, seed=1)
+    s2.step()
+    assert s2.stats.bytes_sent == all_reduce_bytes(1003, N, r), s2.stats
+
+    # DiLoCo: the outer step all-reduces the deltas (and the weights).
+    d = trickle.DiLoCo([t.clone()], interval=2)
+    d.step()
+    assert d.stats.bytes_sent == 0 and d.stats.exchanges == 0, d.stats
+    d.step()
+    dst = d.stats
+    assert dst.exchanges == 1 and dst.last_values >= n, dst
+    assert dst.bytes_sent == all_reduce_bytes(dst.last_values, N, r), dst
+    assert dst.dense_bytes == 2 * dense, dst
+
+
+def _outer_round(make, interval: int, rounds: int = 2):
+    m = make_model(seed=rank())
+    algo = make(m)
+    step = 0
+    for _ in range(rounds):
+        for i in range(interval):
+            perturb(m.parameters(), step)
+            pre = flat(m.parameters())
+            algo.step()
+            step += 1
+            post = flat(m.parameters())
+            same = identical_mask(post)
+            if i == interval - 1:
+                assert bool(same.all()), f"{int((~same).sum())} positions differ after the outer step"
+            elif isinstance(algo, trickle.DiLoCo):
+                assert torch.equal(bits(pre), bits(post)), "DiLoCo changed parameters between outer steps"
+                assert not bool(same.all()), "replicas identical between outer steps (perturbation lost?)"
+    return m, algo
+
+
+def test_diloco_outer_step_makes_replicas_identical():
+    for outer in ("nesterov", "momentum", "sgd", "adam", "average"):
+        _, d = _outer_round(lambda m: trickle.DiLoCo(m, interval=3, outer=outer, seed=2), interval=3)
+        assert d.stats.exchanges == 2 and d.stats.steps == 6, (outer, d.stats)
+
+
+def test_diloco_average_is_the_mean():
+    m = make_model(seed=rank())
+    d = trickle.DiLoCo(m, interval=2, outer="average")
+    perturb(m.parameters(), 0)
+    d.step()
+    perturb(m.parameters(), 1)
+    pre = flat(m.parameters())
+    mean = mean_of_replicas(pre)
+    d.step()
+    post = flat(m.parameters())
+    assert torch.allclose(post, mean, rtol=0, atol=1e-6), float((post - mean).abs().max())
+
+
+def test_sparta_diloco_outer_step_makes_replicas_identical():
+    for sampler in ("uniform", "block"):
+        _, b = _outer_round(
+            lambda m: trickle.SPARTADiLoCo(
+                m, fraction=0.1, interval=4, sampler=sampler, block_size=8, outer="nesterov", seed=9
+            ),
+            interval=4,
+        )
+        sp, ou = b.sparse_stats, b.outer_stats
+        assert ou.exchanges == 2, ou
+        assert sp.exchanges == 6, sp  # SPARTA skips the steps with an outer step
+        assert b.stats.bytes_sent == sp.bytes_sent + ou.bytes_sent, (b.stats, sp, ou)
+
+
+def _roundtrip(kind: str, make, k: int = 5, m_steps: int = 7):
+    model = make_model(seed=rank())
+    algo = make(model, True)
+    for step in range(k):
+        perturb(model.parameters(), step)
+        algo.step()
+    buf = io.BytesIO()
+    torch.save({"model": model.state_dict(), "algo": algo.state_dict()}, buf)
+    for step in range(k, k + m_steps):
+        perturb(model.parameters(), step)
+        algo.step()
+    final1 = flat(model.parameters())
+    stats1 = algo.stats
+
+    buf.seek(0)
+    saved = torch.load(buf)
+    assert isinstance(saved["algo"]["trickle"], bytes) and saved["algo"]["format"] == trickle.STATE_FORMAT
+    model2 = make_model(seed=12345)  # anything: overwritten by the checkpoint
+    model2.load_state_dict(saved["model"])
+    algo2 = make(model2, False)  # no initial broadcast: the replicas are restored
+    algo2.load_state_dict(saved["algo"])
+    assert algo2.stats.steps == k, algo2.stats
+    for step in range(k, k + m_steps):
+        perturb(model2.parameters(), step)
+        algo2.step()
+    final2 = flat(model2.parameters())
+    stats2 = algo2.stats
+    assert torch.equal(bits(final1), bits(final2)), f"{kind}: the resumed run differs from the uninterrupted one"
+    for f in ("steps", "exchanges", "values", "bytes_sent", "bytes_received", "dense_bytes"):
+        assert stats1[f] == stats2[f], (kind, f, stats1, stats2)
+    assert stats2.initial_bytes_sent == 0 and stats2.initial_bytes_received == 0, stats2
+
+
+def test_state_dict_round_trip_sparta():
+    _roundtrip(
+        "SPARTA",
+        lambda m, b: trickle.SPARTA(m, fraction=0.07, sampler="permutation", seed=4, broadcast_initial=b),
+    )
+
+
+def test_state_dict_round_trip_diloco():
+    _roundtrip(
+        "DiLoCo",
+        lambda m, b: trickle.DiLoCo(m, interval=3, outer="nesterov", seed=4, broadcast_initial=b),
+    )
+    _roundtrip(
+        "DiLoCo",
+        lambda m, b: trickle.DiLoCo(m, interval=4, outer="adam", outer_lr=0.01, seed=4, broadcast_initial=b),
+    )
+
+
+def test_state_dict_round_trip_sparta_diloco():
+    _roundtrip(
+        "SPARTADiLoCo",
+        lambda m, b: trickle.SPARTADiLoCo(
+            m, fraction=0.05, interval=4, sampler="layerwise", layerwise_mode="rotating", seed=4,
+            broadcast_initial=b,
+        ),
+    )
+
+
+def test_load_state_dict_errors_on_every_rank():
+    m = make_model(seed=rank())
+    s = trickle.SPARTA(m, fraction=0.1, sampler="permutation", seed=1)
+    s.step()
+    early = s.state_dict()
+    s.step()
+    late = s.state_dict()
+    d = trickle.DiLoCo(m, interval=3)
+    # A state of another algorithm, on every rank.
+    expect_raises(ValueError, lambda: s.load_state_dict(d.state_dict()), "DiLoCo")
+    # Rank 1 loads a state of another step than the others: every rank raises.
+    expect_raises(trickle.MismatchError, lambda: s.load_state_dict(early if rank() == 1 else late), "step")
+    # Rank 1 loads garbage: every rank raises; the others name rank 1.
+    if rank() == 1:
+        expect_raises(ValueError, lambda: s.load_state_dict({"format": "nope"}), "not a trickle state")
+    else:
+        expect_raises(ValueError, lambda: s.load_state_dict(late), "rank 1")
+    # The object is unchanged and still works.
+    assert s.stats.steps == 2, s.stats
+    s.step()
+    assert s.stats.steps == 3
+
+
+def test_mismatched_models_raise_on_every_rank():
+    m = make_model(seed=0, extra=(rank() == 1))
+    e = expect_raises(trickle.MismatchError, lambda: trickle.SPARTA(m, fraction=0.1), "disagree")
+    assert isinstance(e, ValueError)
+    expect_raises(trickle.MismatchError, lambda: trickle.DiLoCo(m, interval=5), "disagree")
+    expect_raises(trickle.MismatchError, lambda: trickle.SPARTADiLoCo(m, interval=5), "disagree")
+    # Different options are a mismatch too.
+    m2 = make_model(seed=0)
+    expect_raises(trickle.MismatchError, lambda: trickle.SPARTA(m2, seed=rank()), "seed")
+
+
+def test_bad_fraction_raises_on_every_rank():
+    m = make_model()
+    expect_raises(ValueError, lambda: trickle.SPARTA(m, fraction=1.5), "fraction", "1.5")
+    expect_raises(ValueError, lambda: trickle.SPARTADiLoCo(m, fraction=0.0), "fraction")
+    # Only rank 2 passes a bad one: every rank raises, naming it.
+    bad = 1.5 if rank() == 2 else 0.1
+    expect_raises(ValueError, lambda: trickle.SPARTA(m, fraction=bad), "fraction", "rank 2")
+    expect_raises(TypeError, lambda: trickle.SPARTA(m, fraction="0.1"), "fraction")
+    expect_raises(ValueError, lambda: trickle.DiLoCo(m, interval=0), "interval")
+    expect_raises(ValueError, lambda: trickle.DiLoCo(m, drop_probability=1.0), "drop")
+
+
+def test_non_contiguous_parameter_raises_on_every_rank():
+    m = make_model()
+    if rank() == 1:
+        w = m[0].weight
+        w.data = w.data.t()  # a transposed view: not contiguous
+    expect_raises(ValueError, lambda: trickle.SPARTA(m, fraction=0.1), "contiguous", "0.weight")
+    expect_raises(ValueError, lambda: trickle.DiLoCo(m), "contiguous")
+
+
+def test_unknown_names_raise_on_every_rank():
+    m = make_model()
+    expect_raises(ValueError, lambda: trickle.SPARTA(m, sampler="foo"), "foo", "uniform, permutation, block, layerwise")
+    expect_raises(ValueError, lambda: trickle.SPARTA(m, topology="star"), "star", "all_reduce")
+    expect_raises(ValueError, lambda: trickle.DiLoCo(m, outer="lion"), "lion", "nesterov")
+    expect_raises(TypeError, lambda: trickle.SPARTA(m, fractoin=0.1), "fractoin", "fraction")
+    # Only rank 3 has the bad name: it raises its own error, the others name rank 3.
+    if rank() == 3:
+        expect_raises(ValueError, lambda: trickle.SPARTA(m, sampler="foo"), "unknown sampler 'foo'")
+        expect_raises(TypeError, lambda: trickle.DiLoCo(m, intervall=3), "intervall")
+    else:
+        expect_raises(ValueError, lambda: trickle.SPARTA(m, sampler="uniform"), "rank 3", "foo")
+        expect_raises(ValueError, lambda: trickle.DiLoCo(m, interval=3), "rank 3", "intervall")
+
+
+def test_other_bad_models_raise_on_every_rank():
+    expect_raises(ValueError, lambda: trickle.SPARTA(nn.Linear(3, 3).double()), "dtype")
+    expect_raises(ValueError, lambda: trickle.SPARTA([]), "no parameters")
+    bad = [torch.zeros(4), "weights"] if rank() == 0 else [torch.zeros(4), torch.zeros(3)]
+    expect_raises((TypeError, ValueError), lambda: trickle.SPARTA(bad), "item 1" if rank() == 0 else "rank 0")
+
+
+def test_group_still_usable_after_errors():
+    m = make_model(seed=rank())
+    s = trickle.SPARTA(m, fraction=1.0)
+    perturb(m.parameters(), 0)
+    s.step()
+    assert bool(identical_mask(flat(m.parameters())).all())
+    dist.barrier()
+
+
+def test_step_between_forward_and_backward_raises():
+    torch.manual_seed(0)
+    m = make_model(seed=rank())
+    s = trickle.SPARTA(m, fraction=0.5)
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    x = torch.randn(5, 12)
+    loss = m(x).pow(2).sum()
+    s.step()  # wrong place: the graph saved parameters that step() just rewrote
+    expect_raises(RuntimeError, loss.backward, "inplace operation")
+    # The right order works.
+    opt.zero_grad()
+    for _ in range(2):
+        loss = m(x).pow(2).sum()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        s.step()
+
+
+def test_mixed_dtypes_make_one_group_each():
+    g = torch.Generator().manual_seed(rank())
+    params = [
+        ("f32", torch.randn(64, generator=g)),
+        ("bf16", torch.randn(40, generator=g).to(torch.bfloat16)),
+        ("f16", torch.randn(24, generator=g).to(torch.float16)),
+        ("f32b", torch.randn(8, generator=g)),
+    ]
+    s = trickle.SPARTA(params, fraction=1.0)
+    groups = s.groups
+    assert [gr["elements"] for gr in groups] == [72, 40, 24], groups
+    assert groups[0]["names"] == ["f32", "f32b"], groups
+    for name, t in params:
+        t.add_(torch.randn(t.shape, generator=g).to(t.dtype))
+    s.step()
+    for name, t in params:
+        same = identical_mask(t.float())
+        assert bool(same.all()), f"{name}: {int((~same).sum())} positions differ"
+
+
+def test_every_policy_runs():
+    m = make_model(seed=rank())
+    for sampler in trickle.SAMPLERS:
+        for topology in trickle.TOPOLOGIES:
+            s = trickle.SPARTA(m, fraction=0.2, sampler=sampler, topology=topology, block_size=16, seed=1)
+            for _ in range(2):
+                s.step()
+            assert s.stats.exchanges == 2, (sampler, topology, s.stats)
+    schedules = [
+        dict(schedule="linear", end_fraction=0.01, schedule_steps=3),
+        dict(schedule="cosine", end_fraction=0.01, schedule_steps=3, warmup_steps=2),
+        dict(schedule="constant", warmup_steps=2, warmup_start_fraction=0.5),
+        dict(schedule="piecewise", points=[(1, 0.5), (3, 0.02)]),
+    ]
+    for kw in schedules:
+        s = trickle.SPARTA(m, fraction=0.1, **kw)
+        for _ in range(4):
+            s.step()
+        assert s.stats.exchanges == 4, (kw, s.stats)
+    for topology in trickle.TOPOLOGIES:
+        d = trickle.DiLoCo(m, interval=2, topology=topology, island_size=2)
+        for _ in range(4):
+            d.step()
+        assert d.stats.exchanges == 2, (topology, d.stats)
+    s = trickle.SPARTA(m, fraction=0.2, interval=3)
+    for _ in range(6):
+        s.step()
+    assert s.stats.exchanges == 2 and s.stats.steps == 6, s.stats
+
+
+def test_sub_group():
+    ranks = [0, 1]
+    sub = dist.new_group(ranks)  # every rank must call new_group
+    if rank() in ranks:
+        m = make_model(seed=rank())
+        s = trickle.SPARTA(m, fraction=1.0, group=sub)
+        assert s.world_size == 2 and s.rank == rank() and s.group is sub
+        perturb(m.parameters(), 0)
+        s.step()
+        mine = flat(m.parameters())
+        out = [torch.empty_like(mine) for _ in ranks]
+        dist.all_gather(out, mine, group=sub)
+        assert torch.equal(bits(out[0]), bits(out[1]))
+    dist.barrier()
+
+
+def test_step_releases_the_gil():
+    m = make_model(seed=rank())
+    s = trickle.SPARTA(m, fraction=1.0)
+    count = [0]
+    stop = threading.Event()
+
+    def spin():
+        while not stop.is_set():
+            count[0] += 1
+            time.sleep(0.001)
+
+    th = threading.Thread(target=spin)
+    th.start()
+    if rank() == 0:
+        time.sleep(0.5)  # the other ranks wait in step() meanwhile
+    before = count[0]
+    s.step()
+    during = count[0] - before
+    stop.set()
+    th.join()
+    if rank() != 0:
+        assert during >= 20, f"a Python thread made only {during} iterations while step() waited"
+
+
+def test_dropping_the_object_after_destroying_its_group():
+    # The object holds the last reference to the group: destroying it must not deadlock
+    # (the group's worker threads may need the GIL to free Python tensors of the last
+    # collective, so trickle destroys the group without holding the GIL).
+    for i in range(12):
+        sub = dist.new_group(list(range(world())))
+        m = make_model(seed=rank())
+        d = trickle.DiLoCo(m, interval=1, group=sub)
+        d.step()
+        t = torch.full((4096,), float(rank()))
+        out = [torch.empty_like(t) for _ in range(world())]
+        dist.all_gather(out, t, group=sub)
+        dist.barrier(group=sub)
+        dist.destroy_process_group(sub)
+        del sub, out, t
+        del d  # the last reference to the group
+    dist.barrier()
+
+
+TESTS = [
+    test_broadcast_initial,
+    test_sparta_full_fraction_makes_replicas_identical,
+    test_sparta_partial_fraction_uniform,
+    test_sparta_partial_fraction_permutation_covers_everything,
+    test_bytes_match_the_cost_model,
+    test_diloco_outer_step_makes_replicas_identical,
+    test_diloco_average_is_the_mean,
+    test_sparta_diloco_outer_step_makes_replicas_identical,
+    test_state_dict_round_trip_sparta,
+    test_state_dict_round_trip_diloco,
+    test_state_dict_round_trip_sparta_diloco,
+    test_load_state_dict_errors_on_every_rank,
+    test_mismatched_models_raise_on_every_rank,
+    test_bad_fraction_raises_on_every_rank,
+    test_non_contiguous_parameter_raises_on_every_rank,
+    test_unknown_names_raise_on_every_rank,
+    test_other_bad_models_raise_on_every_rank,
+    test_group_still_usable_after_errors,
+    test_step_between_forward_and_backward_raises,
+    test_mixed_dtypes_make_one_group_each,
+    test_every_policy_runs,
+    test_sub_group,
+    test_step_releases_the_gil,
+    test_dropping_the_object_after_destroying_its_group,
+]
+
+
+def main() -> int:
+    if "RANK" not in os.environ:
+        print(
+            "run under torchrun (torchrun --standalone --nproc_per_node 4 " + __file__ + ") or "
+            "tests/python/launch.py (python tests/python/launch.py --nproc 4 " + __file__ + ")",
+            file=sys.stderr,
+        )
+        return 2
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=120))
+    if world() != 4 and rank() == 0:
+        print(f"note: written for 4 ranks, running on {world()}", flush=True)
+    harness.log(f"trickle {trickle.__version__} from {os.path.dirname(trickle.__file__)}, torch {torch.__version__}")
+    status = harness.run(TESTS, "test_distributed")
+    dist.barrier()
+    dist.destroy_process_group()
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
