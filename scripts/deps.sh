@@ -24,6 +24,7 @@ python3-venv /usr/lib/python3.11/ensurepip/__init__.py
 python3-pip /usr/lib/python3/dist-packages/pip/__init__.py
 python3-wheel /usr/lib/python3/dist-packages/wheel/__init__.py
 python3-setuptools /usr/lib/python3/dist-packages/setuptools/__init__.py
+ninja-build /usr/bin/ninja
 LIST
 }
 

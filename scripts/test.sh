@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds trickle and runs every test: the host suites (Debug, ASan + UBSan), the MPI
-# suites under mpirun, the consumer builds, the threaded suites again under
+# Builds trickle and runs every test: the host suites (Debug, ASan + UBSan; with the
+# libtorch adapter's suites and example), the MPI suites under mpirun, the consumer
+# builds, the Python package's tests under torchrun, the threaded suites again under
 # ThreadSanitizer, and — when the CUDA toolkit is present —
 # the CUDA build for sm_80 and sm_90, whose GPU tests run where a GPU exists and are
 # reported as skipped elsewhere. Installs missing Debian packages when run as root.
@@ -17,6 +18,9 @@ echo "== host: configure, build, test (Debug, ASan + UBSan)"
 cmake --preset host >/dev/null
 cmake --build --preset host -j "$jobs"
 ctest --preset host -j "$jobs" --timeout 900
+
+echo "== python: the trickle package built against Debian's PyTorch; its tests and example under torchrun (4 ranks, Gloo)"
+MAX_JOBS=$jobs bash tests/python/run.sh
 
 echo "== host-tsan: the threaded communicator and the algorithms under ThreadSanitizer"
 cmake --preset host-tsan >/dev/null

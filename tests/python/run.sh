@@ -8,6 +8,8 @@
 #   tests/python/run.sh --no-example    # skip the example runs
 #   tests/python/run.sh --build-only    # only build / check the installation
 #
+# test_distributed.py and the example run under torchrun; test_peer_failure.py under
+# tests/python/launch.py, which lets one worker leave on purpose.
 # Environment: TRICKLE_PYTHON (default /usr/bin/python3: a Python with torch; Debian's
 # python3-torch), TRICKLE_VENV (default build/pyenv), MAX_JOBS (parallel compiles, default 1).
 # The build is skipped when the sources, the trickle headers and torch are unchanged since
@@ -111,15 +113,21 @@ run() { # name, command...
     fi
 }
 cd "$ROOT"
+# torchrun itself, as users launch: python -m torch.distributed.run is torchrun. Debian's
+# torch 1.13 under Python 3.11 fails in torchrun's default output handling (an enum that
+# changed in 3.11); --redirects 2 --tee 2 avoids that code path and changes nothing else.
+torchrun=("$VPY" -m torch.distributed.run --standalone --nproc_per_node "$NPROC")
+if "$VPY" -c 'import sys, torch; sys.exit(0 if torch.__version__.startswith("1.") else 1)'; then
+    torchrun+=(--redirects 2 --tee 2)
+fi
 run "test_local (1 process)" timeout 300 "$VPY" tests/python/test_local.py
-run "test_distributed ($NPROC processes, gloo)" \
-    "$VPY" tests/python/launch.py --nproc $NPROC --timeout 600 tests/python/test_distributed.py
+run "test_distributed (torchrun, $NPROC processes, gloo)" timeout 600 "${torchrun[@]}" tests/python/test_distributed.py
 run "test_peer_failure (2 processes, one leaves)" \
     "$VPY" tests/python/launch.py --nproc 2 --timeout 120 tests/python/test_peer_failure.py
 if [ "$RUN_EXAMPLE" = 1 ]; then
     for algo in sparta diloco sparta-diloco; do
-        run "example train.py --algo $algo ($NPROC workers)" \
-            "$VPY" tests/python/launch.py --nproc $NPROC --timeout 120 examples/python/train.py --steps 200 --algo $algo
+        run "example train.py --algo $algo (torchrun, $NPROC workers)" \
+            timeout 120 "${torchrun[@]}" examples/python/train.py --steps 200 --algo $algo
     done
 fi
 
