@@ -397,6 +397,16 @@ def test_other_bad_models_raise_on_every_rank():
     expect_raises((TypeError, ValueError), lambda: trickle.SPARTA(bad), "item 1" if rank() == 0 else "rank 0")
 
 
+def test_mixed_device_model_raises_on_every_rank():
+    # This machine has no GPU, so the second device is "meta"; on rank 2 only, so the
+    # other ranks must learn of it through the agreement, not by their own check.
+    m = nn.Sequential(nn.Linear(3, 3), nn.Linear(3, 2))
+    if rank() == 2 % world():
+        m[1].to("meta")
+    expect = "is on meta" if rank() == 2 % world() else f"rank {2 % world()}"
+    expect_raises(ValueError, lambda: trickle.SPARTA(m), expect)
+
+
 def test_group_still_usable_after_errors():
     m = make_model(seed=rank())
     s = trickle.SPARTA(m, fraction=1.0)
@@ -552,6 +562,7 @@ TESTS = [
     test_non_contiguous_parameter_raises_on_every_rank,
     test_unknown_names_raise_on_every_rank,
     test_other_bad_models_raise_on_every_rank,
+    test_mixed_device_model_raises_on_every_rank,
     test_group_still_usable_after_errors,
     test_step_between_forward_and_backward_raises,
     test_mixed_dtypes_make_one_group_each,
