@@ -1,0 +1,206 @@
+// benchmarks/bench_codec.cpp: the codec value layer on the host: encode and decode of every codec over 16M values.
+//
+// One thread, as bench_host. Each case codes the same 16M fp32 values (64 MB, twice a 32 MB
+// L3) drawn from N(0, 1): codec/<encode|decode|encode_stochastic>/<codec>/16M. Reported,
+// by the byte model of bench_host (benchmarks/README.md):
+//   bytes_per_second          moved bytes: the fp32 array and the wire bytes, read + written
+//   useful_bytes_per_second   the fp32 values coded: 4 bytes a value (the table's "GB/s")
+//   pct_of_copy               moved bytes per second / B_copy (measured at start-up, below)
+//   vs_memcpy                 memcpy time of the same 64 MB of fp32 / this case's time: 1 is
+//                             the speed of copying the values, 0.5 twice as slow
+//   wire_bytes_per_value      the codec's wire bytes / n
+// TRICKLE_BENCH_SMOKE=1 makes every case 64K values (ctest bench_codec_smoke).
+#include "bench_flags.hpp"
+#include "common.hpp"
+
+#include <trickle/codec/codecs.hpp>
+
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <new>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace tb = trickle_bench;
+namespace codec = trickle::codec;
+
+namespace {
+
+// ---------------------------------------------------------------- references
+
+// bench_host's B_copy: a streaming copy with ordinary stores (the multiply by a value the
+// compiler cannot see keeps it from becoming memcpy), 256 MB -> 256 MB, best of ten.
+__attribute__((noinline)) void copy_loop(float* TRICKLE_RESTRICT dst, const float* TRICKLE_RESTRICT src, std::size_t n,
+                                         float one) {
+    for (std::size_t i = 0; i < n; ++i) dst[i] = src[i] * one;
+}
+
+volatile float runtime_one = 1.0f;
+
+// Zeroed, 2 MB-aligned storage (first touch before timing).
+template <class T>
+struct bench_array {
+    static constexpr std::size_t align = std::size_t{2} << 20;
+    std::unique_ptr<T, void (*)(T*)> p{nullptr, [](T* q) { ::operator delete(q, std::align_val_t{align}); }};
+    std::size_t n = 0;
+    explicit bench_array(std::size_t count) : n(count) {
+        const std::size_t bytes = (count * sizeof(T) + align - 1) / align * align;
+        p.reset(static_cast<T*>(::operator new(bytes, std::align_val_t{align})));
+        std::memset(static_cast<void*>(p.get()), 0, bytes);
+    }
+    T* data() const { return p.get(); }
+};
+
+std::size_t copy_elements() { return tb::smoke() ? (std::size_t{1} << 16) : (std::size_t{64} << 20); }
+std::size_t codec_values() { return tb::smoke() ? (std::size_t{1} << 16) : (std::size_t{16} << 20); }
+
+double measure_b_copy() {
+    const std::size_t n = copy_elements();
+    bench_array<float> a(n), b(n);
+    for (std::size_t i = 0; i < n; ++i) a.data()[i] = static_cast<float>(i & 1023);
+    double best = 0;
+    const float one = runtime_one;
+    for (int rep = 0; rep < (tb::smoke() ? 2 : 11); ++rep) {
+        const auto t0 = std::chrono::steady_clock::now();
+        copy_loop(b.data(), a.data(), n, one);
+        const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        benchmark::DoNotOptimize(b.data());
+        if (rep > 0) best = std::max(best, 2.0 * static_cast<double>(n) * sizeof(float) / dt);
+    }
+    return best;
+}
+
+// Seconds for memcpy of the codec cases' fp32 array into another, best of twenty.
+double measure_memcpy_seconds() {
+    const std::size_t n = codec_values();
+    bench_array<float> a(n), b(n);
+    double best = 1e30;
+    for (int rep = 0; rep < (tb::smoke() ? 2 : 21); ++rep) {
+        const auto t0 = std::chrono::steady_clock::now();
+        std::memcpy(b.data(), a.data(), n * sizeof(float));
+        const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        benchmark::DoNotOptimize(b.data());
+        if (rep > 0) best = std::min(best, dt);
+    }
+    return best;
+}
+
+double b_copy = 0;
+double memcpy_seconds = 0;
+
+void bm_copy(benchmark::State& state, bool use_memcpy, std::size_t n) {
+    bench_array<float> a(n), b(n);
+    const float one = runtime_one;
+    for (auto _ : state) {
+        if (use_memcpy)
+            std::memcpy(b.data(), a.data(), n * sizeof(float));
+        else
+            copy_loop(b.data(), a.data(), n, one);
+        benchmark::ClobberMemory();
+    }
+    const double bytes = 2.0 * static_cast<double>(n) * sizeof(float) * static_cast<double>(state.iterations());
+    tb::report(state, {bytes, bytes}, b_copy);
+    state.counters["vs_memcpy"] =
+        benchmark::Counter(memcpy_seconds * static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
+}
+
+// ---------------------------------------------------------------- codec cases
+
+// The values every case codes: N(0, 1), the same for every case.
+const bench_array<float>& input() {
+    static const bench_array<float> x = [] {
+        bench_array<float> a(codec_values());
+        std::mt19937 rng(12345);
+        std::normal_distribution<float> normal;
+        for (std::size_t i = 0; i < a.n; ++i) a.data()[i] = normal(rng);
+        return a;
+    }();
+    return x;
+}
+
+enum class op { encode, decode, encode_stochastic };
+
+template <class C>
+void bm_codec(benchmark::State& state, C c, op o) {
+    const std::size_t n = codec_values();
+    const float* x = input().data();
+    const std::size_t wire_bytes = c.wire_bytes(n);
+    bench_array<std::byte> wire(wire_bytes);
+    bench_array<float> out(n);
+    c.encode(x, n, wire.data()); // the decode cases decode real codes
+    const codec::philox_words words{.seed = 42, .stream = 7};
+    for (auto _ : state) {
+        switch (o) {
+        case op::encode: c.encode(x, n, wire.data()); break;
+        case op::decode: c.decode(wire.data(), n, out.data()); break;
+        case op::encode_stochastic:
+            if constexpr (requires { c.encode(x, n, wire.data(), words); }) c.encode(x, n, wire.data(), words);
+            break;
+        }
+        benchmark::ClobberMemory();
+    }
+    const double it = static_cast<double>(state.iterations());
+    const double values = static_cast<double>(n) * sizeof(float);
+    tb::report(state, {(values + static_cast<double>(wire_bytes)) * it, values * it}, b_copy);
+    state.counters["vs_memcpy"] = benchmark::Counter(memcpy_seconds * it, benchmark::Counter::kIsRate);
+    state.counters["wire_bytes_per_value"] = static_cast<double>(wire_bytes) / static_cast<double>(n);
+}
+
+template <class C>
+void register_codec(const std::string& label, C c, bool stochastic) {
+    for (op o : {op::encode, op::decode, op::encode_stochastic}) {
+        if (o == op::encode_stochastic && !stochastic) continue;
+        const char* what = o == op::encode ? "encode" : o == op::decode ? "decode" : "encode_stochastic";
+        const std::string name = std::string("codec/") + what + "/" + label + "/16M";
+        benchmark::RegisterBenchmark(name.c_str(), bm_codec<C>, c, o)->Unit(benchmark::kMillisecond);
+    }
+}
+
+void register_all() {
+    benchmark::RegisterBenchmark("copy/loop/64MB", bm_copy, false, codec_values())->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark("copy/memcpy/64MB", bm_copy, true, codec_values())->Unit(benchmark::kMillisecond);
+    register_codec("fp32", codec::fp32{}, false);
+    register_codec("bf16", codec::bf16{}, false);
+    register_codec("fp16", codec::fp16{}, false);
+    register_codec("fp8_e4m3", codec::fp8_e4m3{}, false);
+    register_codec("fp8_e5m2", codec::fp8_e5m2{}, false);
+    register_codec("int8_b64", codec::int8_block{.block_size = 64, .symmetric = true}, true);
+    register_codec("int8_minmax_b64", codec::int8_block{.block_size = 64, .symmetric = false}, true);
+    register_codec("int4_b64", codec::int4_block{.block_size = 64, .symmetric = true}, true);
+    register_codec("int4_minmax_b64", codec::int4_block{.block_size = 64, .symmetric = false}, true);
+    register_codec("sign2_b64", codec::sign2_block{.block_size = 64}, true);
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+    benchmark::Initialize(&argc, argv);
+    if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+    b_copy = measure_b_copy();
+    memcpy_seconds = measure_memcpy_seconds();
+    char text[64];
+    std::snprintf(text, sizeof text, "%.6g", b_copy);
+    benchmark::AddCustomContext("B_copy_bytes_per_second", text);
+    benchmark::AddCustomContext("B_copy_kind", "single-thread loop copy of 256 MB, ordinary stores, best of 10");
+    std::snprintf(text, sizeof text, "%.6g", memcpy_seconds);
+    benchmark::AddCustomContext("memcpy_fp32_seconds", text);
+    benchmark::AddCustomContext("memcpy_fp32_kind", "memcpy of the codec cases' fp32 array (16M values, 64 MB), best of 20");
+    benchmark::AddCustomContext("compiler", tb::compiler_string());
+    benchmark::AddCustomContext("flags", TRICKLE_BENCH_HOST_FLAGS);
+    benchmark::AddCustomContext("threads", "1");
+    benchmark::AddCustomContext("smoke", tb::smoke() ? "yes" : "no");
+    std::fprintf(stderr, "B_copy = %.2f GB/s (single-thread copy, read + written); memcpy of %zu fp32 values: %.2f ms\n",
+                 b_copy / 1e9, codec_values(), memcpy_seconds * 1e3);
+    register_all();
+    benchmark::RunSpecifiedBenchmarks();
+    benchmark::Shutdown();
+    return 0;
+}
