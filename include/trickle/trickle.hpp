@@ -9,4 +9,5 @@
 #include <trickle/schedule.hpp>
 #include <trickle/topology.hpp>
 #include <trickle/outer.hpp>
+#include <trickle/codec.hpp>
 #include <trickle/algorithm.hpp>

@@ -12,6 +12,7 @@
 
 #include <trickle/algorithm/agreement.hpp>
 #include <trickle/algorithm/detail/broadcast.hpp>
+#include <trickle/algorithm/detail/codec.hpp>
 #include <trickle/algorithm/checkpoint.hpp>
 #include <trickle/algorithm/detail/device.hpp>
 #include <trickle/algorithm/detail/erased.hpp>
@@ -57,6 +58,8 @@ struct diloco_options {
     double prune_fraction = 0.0;      // in [0, 1): zero this fraction of each tensor's delta, smallest magnitudes first
     bool broadcast_initial = true;    // at construction, give every worker rank 0's parameters (set false when
                                       // resuming from a checkpoint with parameters the trainer restored)
+    double error_feedback = 0.0;       // beta in [0, 1]: with a codec other than fp32, add beta times the previous
+                                       // outer gradient's compression error to the next one (0: off)
     bool state_in_pinned_host = false; // cuda_space only: keep snapshot and optimizer state in pinned host memory
     CUmemPoolHandle_st* device_pool = nullptr; // cuda_space: a cudaMemPool_t for trickle's buffers (default pool if null)
 };
@@ -83,7 +86,7 @@ inline bool dropped_contribution(std::uint64_t seed, double q, std::uint64_t out
 // The DiLoCo engine for parameters of type T in memory space Space over communicator
 // Comm, with an outer optimizer Outer (concept outer_optimizer) and a Topology for the
 // delta averaging. Most code uses trickle::diloco<...>, which hides T, Space and Comm.
-template <class Outer, class Topology, class T, class Space, class Comm>
+template <class Outer, class Topology, class T, class Space, class Comm, class Codec = codec::fp32>
 class diloco_engine {
     static_assert(outer_optimizer<Outer>, "Outer must satisfy trickle::outer_optimizer");
     static_assert(topology_policy<Topology>, "Topology must satisfy trickle::topology_policy");
@@ -91,6 +94,8 @@ class diloco_engine {
     static_assert(std::is_same_v<typename Comm::memory_space, Space>,
                   "the communicator moves memory in a different space than the parameters live in");
     static constexpr bool on_device = std::is_same_v<Space, cuda_space>;
+    using wire_codec = codec::resolve_t<Codec, T>; // codec::native becomes the parameters' own type
+    static_assert(codec_policy<wire_codec>, "Codec must satisfy trickle::codec_policy (or be codec::native)");
 
 public:
     using memory_space = Space;
@@ -101,8 +106,9 @@ public:
     // that the weights do not sum to zero, then (by default) gives every worker rank 0's
     // parameters and takes them as the first snapshot.
     diloco_engine(const param_group<T, Space>& group, Comm& comm, diloco_options options, Outer outer = {},
-                  Topology topology = {})
-        : comm_(comm), options_(options), outer_(std::move(outer)), topology_(std::move(topology)) {
+                  Topology topology = {}, Codec codec = {})
+        : comm_(comm), options_(options), outer_(std::move(outer)), topology_(std::move(topology)),
+          codec_(detail::wire_codec_of<wire_codec>(codec)) {
         config_record rec = describe(group);
         // A checkpoint may be restored into an object built with or without the initial
         // broadcast (a resumed run must not overwrite its parameters with rank 0's), so
@@ -185,6 +191,7 @@ public:
         std::vector<float> st(state_floats_);
         copy_to_host(st.data(), state_, state_floats_);
         w.section("outer_state", st.data(), st.size() * sizeof(float));
+        if (feedback()) w.section("residual", residual_.data(), residual_.size() * sizeof(float));
         w.finish();
     }
 
@@ -195,7 +202,7 @@ public:
         std::string err;
         exchange_stats st{};
         std::uint64_t outer_t = 0, skipped = 0, attempts = 0;
-        std::vector<float> snap(n_), state(state_floats_);
+        std::vector<float> snap(n_), state(state_floats_), residual(feedback() ? n_ : 0);
         try {
             if (!is) throw invalid_argument("checkpoint: cannot read " + source);
             detail::checkpoint_reader r(is);
@@ -206,6 +213,7 @@ public:
             attempts = r.pod<std::uint64_t>();
             r.section("snapshot", snap.data(), snap.size() * sizeof(float));
             r.section("outer_state", state.data(), state.size() * sizeof(float));
+            if (feedback()) r.section("residual", residual.data(), residual.size() * sizeof(float));
             r.finish();
         } catch (const error& e) {
             err = e.what();
@@ -217,6 +225,7 @@ public:
         comm_.synchronize();
         copy_from_host(snapshot_, snap.data(), n_);
         copy_from_host(state_, state.data(), state_floats_);
+        residual_ = std::move(residual);
         st.initial = stats_.initial; // what this object's construction sent, not the saved run's
         stats_ = st;
         outer_t_ = outer_t;
@@ -234,6 +243,7 @@ private:
             .add("seed", o.seed)
             .add("drop_probability", o.drop_probability)
             .add("prune_fraction", o.prune_fraction)
+            .add("error_feedback", o.error_feedback)
             .add("state_in_pinned_host", o.state_in_pinned_host);
         if (o.interval < 1) rec.set_error("diloco: interval (H) must be >= 1, got 0");
         if (!(std::isfinite(o.weight) && o.weight >= 0.0f))
@@ -246,6 +256,11 @@ private:
             if (o.state_in_pinned_host) rec.set_error("diloco: state_in_pinned_host applies to cuda_space parameters only");
         outer_.describe(rec);
         detail::describe_topology(topology_, rec, comm_.size());
+        detail::describe_codec<Comm, Space>(codec_, topology_, rec, kind);
+        if (!(o.error_feedback >= 0.0 && o.error_feedback <= 1.0))
+            rec.set_error(detail::concat("diloco: error_feedback must be in [0, 1], got ", o.error_feedback));
+        else if (o.error_feedback > 0.0 && detail::plain_codec(codec_))
+            rec.set_error("diloco: error_feedback needs a lossy codec (the fp32 codec loses nothing to feed back)");
         return rec;
     }
 
@@ -280,6 +295,10 @@ private:
         state_floats_ = outer_state_floats<Outer>(n_);
         ws_.reserve(0, n_ + 1);
         detail::reserve_topology_scratch<Topology>(ws_, n_ + 1);
+        encoded_ = !detail::plain_codec(codec_);
+        if constexpr (!on_device && byte_communicator<Comm>)
+            if (encoded_) codec_scratch_.reserve(codec_, n_, comm_.size());
+        if (feedback()) residual_.assign(n_, 0.0f);
         if constexpr (on_device) {
             const std::vector<std::uint32_t> tiles = detail::tile_segments(flat_.host_view());
             tile_seg_ = buffer<std::uint32_t, cuda_space>(tiles.size(), ex_);
@@ -339,8 +358,17 @@ private:
         detail::run_ranges(ex, n_, outer_delta_body<T>{flat_.view(), snapshot_, dense_wire<float>{buf}, w, buf + n_, 0});
         if (options_.prune_fraction > 0.0) detail::prune_host(buf, flat_.host_layout(), options_.prune_fraction, prune_keys_);
         // The weight travels as the last element, so the sum of weights arrives with the
-        // sum of weighted deltas and the average needs no second call.
-        detail::topology_reduce(topology_, ex, comm_, buf, n_ + 1, ws_, reduce_context{options_.seed, attempts_ - 1});
+        // sum of weighted deltas and the average needs no second call. Through a lossy
+        // codec the deltas are encoded and the weight is summed apart, exactly.
+        if constexpr (!on_device && byte_communicator<Comm>) {
+            if (encoded_) {
+                codec::encoded_all_reduce(codec_, comm_, buf, n_, codec_scratch_, feedback() ? residual_.data() : nullptr,
+                                          static_cast<float>(options_.error_feedback));
+                comm_.all_reduce_sum(buf + n_, 1);
+            }
+        }
+        if (!encoded_)
+            detail::topology_reduce(topology_, ex, comm_, buf, n_ + 1, ws_, reduce_context{options_.seed, attempts_ - 1});
         const auto rule = outer_.prepare(++outer_t_);
         using rule_type = std::remove_cvref_t<decltype(rule)>;
         detail::run_ranges(ex, n_,
@@ -349,10 +377,16 @@ private:
         count_outer_step(before);
     }
 
+    bool feedback() const { return options_.error_feedback > 0.0 && !detail::plain_codec(codec_); }
+
     Comm& comm_;
     diloco_options options_;
     Outer outer_;
     Topology topology_;
+    wire_codec codec_;
+    bool encoded_ = false; // a codec other than fp32: the deltas go through codec::encoded_all_reduce
+    codec::reduce_scratch codec_scratch_;
+    std::vector<float> residual_; // error feedback: this worker's compression error of the last outer step
     flat_params<T, Space> flat_;
     std::size_t n_ = 0;
     std::size_t state_floats_ = 0;
@@ -375,8 +409,8 @@ private:
 };
 
 #if TRICKLE_CUDA_COMPILER
-template <class Outer, class Topology, class T, class Space, class Comm>
-void diloco_engine<Outer, Topology, T, Space, Comm>::start_cuda() {
+template <class Outer, class Topology, class T, class Space, class Comm, class Codec>
+void diloco_engine<Outer, Topology, T, Space, Comm, Codec>::start_cuda() {
     if constexpr (on_device) {
         detail::device_scope on(ex_.device);
         if (options_.prune_fraction > 0.0) detail::prune_reserve(ex_, flat_.layout(), prune_scratch_);
@@ -389,8 +423,8 @@ void diloco_engine<Outer, Topology, T, Space, Comm>::start_cuda() {
     }
 }
 
-template <class Outer, class Topology, class T, class Space, class Comm>
-void diloco_engine<Outer, Topology, T, Space, Comm>::outer_step_cuda(const exec::cuda& step_ex) {
+template <class Outer, class Topology, class T, class Space, class Comm, class Codec>
+void diloco_engine<Outer, Topology, T, Space, Comm, Codec>::outer_step_cuda(const exec::cuda& step_ex) {
     if constexpr (on_device) {
         const exec::cuda ex{step_ex.stream, ex_.device};
         detail::device_scope on(ex.device);
@@ -421,7 +455,8 @@ void diloco_engine<Outer, Topology, T, Space, Comm>::outer_step_cuda(const exec:
 // exchange there would move bytes for nothing). stats() adds both parts' traffic.
 // The replicas start from rank 0's parameters once, by the DiLoCo part's broadcast
 // (diloco_options::broadcast_initial); the SPARTA part's broadcast_initial is ignored.
-template <class Sampler, class Schedule, class Topology, class Outer, class T, class Space, class Comm>
+template <class Sampler, class Schedule, class Topology, class Outer, class T, class Space, class Comm,
+          class Codec = codec::fp32, class OuterCodec = codec::fp32>
 class sparta_diloco_engine {
     static sparta_options without_broadcast(sparta_options o) {
         o.broadcast_initial = false;
@@ -433,9 +468,11 @@ public:
     static constexpr const char* kind = "sparta_diloco";
 
     sparta_diloco_engine(const param_group<T, Space>& group, Comm& comm, sparta_options sparse, diloco_options outer_opts,
-                         Sampler sampler = {}, Schedule schedule = {}, Topology topology = {}, Outer outer = {})
-        : sparse_(group, comm, without_broadcast(sparse), std::move(sampler), std::move(schedule), topology),
-          outer_(group, comm, outer_opts, std::move(outer), topology) {
+                         Sampler sampler = {}, Schedule schedule = {}, Topology topology = {}, Outer outer = {},
+                         Codec codec = {}, OuterCodec outer_codec = {})
+        : sparse_(group, comm, without_broadcast(sparse), std::move(sampler), std::move(schedule), topology,
+                  std::move(codec)),
+          outer_(group, comm, outer_opts, std::move(outer), topology, std::move(outer_codec)) {
         combine();
     }
 
@@ -452,8 +489,8 @@ public:
     const exchange_stats& stats() const { return stats_; }
     const exchange_stats& sparse_stats() const { return sparse_.stats(); }
     const exchange_stats& outer_stats() const { return outer_.stats(); }
-    sparta_engine<Sampler, Schedule, Topology, T, Space, Comm>& sparse() { return sparse_; }
-    diloco_engine<Outer, Topology, T, Space, Comm>& outer() { return outer_; }
+    sparta_engine<Sampler, Schedule, Topology, T, Space, Comm, Codec>& sparse() { return sparse_; }
+    diloco_engine<Outer, Topology, T, Space, Comm, OuterCodec>& outer() { return outer_; }
 
     void save(std::ostream& os) const {
         sparse_.save(os);
@@ -483,37 +520,39 @@ private:
         stats_.steps = outer_.stats().steps;
     }
 
-    sparta_engine<Sampler, Schedule, Topology, T, Space, Comm> sparse_;
-    diloco_engine<Outer, Topology, T, Space, Comm> outer_;
+    sparta_engine<Sampler, Schedule, Topology, T, Space, Comm, Codec> sparse_;
+    diloco_engine<Outer, Topology, T, Space, Comm, OuterCodec> outer_;
     exchange_stats stats_{};
 };
 
 // DiLoCo as a concrete object:
 //   trickle::diloco<trickle::outer::nesterov> d{params, comm, {.interval = 500}, {.lr = 0.7, .momentum = 0.9}};
 //   d.step(trickle::exec::host{});   // after every inner optimizer step
-template <class Outer = outer::nesterov, class Topology = topology::all_reduce>
+template <class Outer = outer::nesterov, class Topology = topology::all_reduce, class Codec = codec::fp32>
 class diloco : public detail::erased_handle {
 public:
     diloco() = default;
     template <class T, class Space, class Comm>
     diloco(const param_group<T, Space>& group, Comm& comm, diloco_options options = {}, Outer outer = {},
-           Topology topology = {})
-        : erased_handle(detail::make_erased<diloco_engine<Outer, Topology, T, Space, Comm>>(
-              group, comm, options, std::move(outer), std::move(topology))) {}
+           Topology topology = {}, Codec codec = {})
+        : erased_handle(detail::make_erased<diloco_engine<Outer, Topology, T, Space, Comm, Codec>>(
+              group, comm, options, std::move(outer), std::move(topology), std::move(codec))) {}
 };
 
 // SPARTA + DiLoCo as a concrete object.
 template <class Sampler = sampler::uniform, class Schedule = schedule::constant, class Topology = topology::all_reduce,
-          class Outer = outer::nesterov>
+          class Outer = outer::nesterov, class Codec = codec::fp32, class OuterCodec = codec::fp32>
 class sparta_diloco : public detail::erased_handle {
 public:
     sparta_diloco() = default;
     template <class T, class Space, class Comm>
     sparta_diloco(const param_group<T, Space>& group, Comm& comm, sparta_options sparse = {}, diloco_options outer_opts = {},
-                  Sampler sampler = {}, Schedule schedule = {}, Topology topology = {}, Outer outer = {})
-        : erased_handle(detail::make_erased<sparta_diloco_engine<Sampler, Schedule, Topology, Outer, T, Space, Comm>>(
+                  Sampler sampler = {}, Schedule schedule = {}, Topology topology = {}, Outer outer = {},
+                  Codec codec = {}, OuterCodec outer_codec = {})
+        : erased_handle(detail::make_erased<
+                        sparta_diloco_engine<Sampler, Schedule, Topology, Outer, T, Space, Comm, Codec, OuterCodec>>(
               group, comm, sparse, outer_opts, std::move(sampler), std::move(schedule), std::move(topology),
-              std::move(outer))) {}
+              std::move(outer), std::move(codec), std::move(outer_codec))) {}
 
     // Each part's own account (stats() is their sum); `initial` is on the DiLoCo part.
     const exchange_stats& sparse_stats() const { return get("sparse_stats").sparse_stats(); }

@@ -9,6 +9,7 @@
 #include <trickle/algorithm/agreement.hpp>
 #include <trickle/algorithm/checkpoint.hpp>
 #include <trickle/algorithm/detail/broadcast.hpp>
+#include <trickle/algorithm/detail/codec.hpp>
 #include <trickle/algorithm/detail/device.hpp>
 #include <trickle/algorithm/detail/erased.hpp>
 #include <trickle/algorithm/flat_params.hpp>
@@ -91,7 +92,7 @@ void check_same_stream(const Comm& comm, const Exec& ex, const char* kind) {
 // Comm. Sampler, Schedule and Topology are policies (concepts sampler_policy,
 // schedule_policy, topology_policy). Most code uses trickle::sparta<...>, which hides T,
 // Space and Comm; the engine is for code that wants them checked at compile time.
-template <class Sampler, class Schedule, class Topology, class T, class Space, class Comm>
+template <class Sampler, class Schedule, class Topology, class T, class Space, class Comm, class Codec = codec::fp32>
 class sparta_engine {
     static_assert(sampler_policy<Sampler>, "Sampler must satisfy trickle::sampler_policy");
     static_assert(schedule_policy<Schedule>, "Schedule must satisfy trickle::schedule_policy");
@@ -104,6 +105,8 @@ class sparta_engine {
     using selection_t =
         std::remove_cvref_t<decltype(std::declval<Sampler&>().select(std::declval<const sampler_context&>()))>;
     static constexpr bool on_device = std::is_same_v<Space, cuda_space>;
+    using wire_codec = codec::resolve_t<Codec, T>; // codec::native becomes the parameters' own type
+    static_assert(codec_policy<wire_codec>, "Codec must satisfy trickle::codec_policy (or be codec::native)");
 
 public:
     using memory_space = Space;
@@ -119,9 +122,9 @@ public:
     // and checks that all workers agree on them and on the layout; throws the same
     // error on every worker otherwise (invalid_argument or mismatch_error).
     sparta_engine(const param_group<T, Space>& group, Comm& comm, sparta_options options, Sampler sampler = {},
-                  Schedule schedule = {}, Topology topology = {})
+                  Schedule schedule = {}, Topology topology = {}, Codec codec = {})
         : comm_(comm), options_(options), sampler_(std::move(sampler)), schedule_(std::move(schedule)),
-          topology_(std::move(topology)) {
+          topology_(std::move(topology)), codec_(detail::wire_codec_of<wire_codec>(codec)) {
         config_record rec = describe(group);
         // As in DiLoCo, the initial broadcast is agreed on but is not part of the
         // checkpoint's configuration hash (a resumed run must not overwrite its parameters).
@@ -268,6 +271,7 @@ private:
         sampler_.describe(rec);
         schedule_.describe(rec);
         detail::describe_topology(topology_, rec, comm_.size());
+        detail::describe_codec<Comm, Space>(codec_, topology_, rec, kind);
         return rec;
     }
 
@@ -279,6 +283,9 @@ private:
         capacity_ = detail::selection_capacity(sampler_, pmax, flat_.total());
         ws_.reserve(0, capacity_);
         detail::reserve_topology_scratch<Topology>(ws_, capacity_);
+        encoded_ = !detail::plain_codec(codec_);
+        if constexpr (!on_device && byte_communicator<Comm>)
+            if (encoded_) codec_scratch_.reserve(codec_, capacity_, comm_.size());
         if constexpr (on_device) {
             // A topology that draws its groups per exchange (gossip, islands, exponential) decides
             // on the host at every step, which a captured graph would freeze.
@@ -336,7 +343,12 @@ private:
         // Range bodies: a run of positions or a prefetched batch per call (kernels/sparse_exchange.hpp).
         const auto gather = make_gather(flat_.view(), sel, buf);
         for_each_index(ex, gather.calls(), gather);
-        const int group = detail::topology_reduce(topology_, ex, comm_, buf, count, ws_, reduce_context{options_.seed, stats_.exchanges});
+        int group = 0;
+        if constexpr (!on_device && byte_communicator<Comm>) {
+            if (encoded_) group = codec::encoded_all_reduce(codec_, comm_, buf, count, codec_scratch_);
+        }
+        if (!encoded_)
+            group = detail::topology_reduce(topology_, ex, comm_, buf, count, ws_, reduce_context{options_.seed, stats_.exchanges});
         const auto scatter = make_scatter(flat_.view(), sel, buf, 1.0f / static_cast<float>(group));
         for_each_index(ex, scatter.calls(), scatter);
         count_exchange(before, count);
@@ -347,6 +359,9 @@ private:
     Sampler sampler_;
     Schedule schedule_;
     Topology topology_;
+    wire_codec codec_;
+    bool encoded_ = false; // a codec other than fp32: the exchange goes through codec::encoded_all_reduce
+    codec::reduce_scratch codec_scratch_;
     flat_params<T, Space> flat_;
     workspace<float, Space, 4> ws_;
     exchange_stats stats_{};
@@ -363,8 +378,8 @@ private:
 };
 
 #if TRICKLE_CUDA_COMPILER
-template <class Sampler, class Schedule, class Topology, class T, class Space, class Comm>
-void sparta_engine<Sampler, Schedule, Topology, T, Space, Comm>::exchange_cuda(const exec::cuda& step_ex, std::uint64_t t) {
+template <class Sampler, class Schedule, class Topology, class T, class Space, class Comm, class Codec>
+void sparta_engine<Sampler, Schedule, Topology, T, Space, Comm, Codec>::exchange_cuda(const exec::cuda& step_ex, std::uint64_t t) {
     if constexpr (on_device) {
         const exec::cuda ex{step_ex.stream, ex_.device};
         detail::device_scope on(ex.device);
@@ -387,8 +402,8 @@ void sparta_engine<Sampler, Schedule, Topology, T, Space, Comm>::exchange_cuda(c
     }
 }
 
-template <class Sampler, class Schedule, class Topology, class T, class Space, class Comm>
-void sparta_engine<Sampler, Schedule, Topology, T, Space, Comm>::start_cuda() {
+template <class Sampler, class Schedule, class Topology, class T, class Space, class Comm, class Codec>
+void sparta_engine<Sampler, Schedule, Topology, T, Space, Comm, Codec>::start_cuda() {
     if constexpr (on_device) {
         detail::device_scope on(ex_.device);
         const std::vector<std::uint32_t> tiles = detail::tile_segments(flat_.host_view());
@@ -403,8 +418,8 @@ void sparta_engine<Sampler, Schedule, Topology, T, Space, Comm>::start_cuda() {
     }
 }
 
-template <class Sampler, class Schedule, class Topology, class T, class Space, class Comm>
-void sparta_engine<Sampler, Schedule, Topology, T, Space, Comm>::advance_device_step() {
+template <class Sampler, class Schedule, class Topology, class T, class Space, class Comm, class Codec>
+void sparta_engine<Sampler, Schedule, Topology, T, Space, Comm, Codec>::advance_device_step() {
     if constexpr (on_device) {
         detail::device_scope on(ex_.device);
         detail::device_increment(ex_, device_step_.data());
@@ -419,15 +434,16 @@ void sparta_engine<Sampler, Schedule, Topology, T, Space, Comm>::advance_device_
 // The parameter type, memory space and communicator are hidden; stepping with an
 // execution space that cannot reach the parameters is a runtime error (use
 // sparta_engine for a compile-time one). The communicator must outlive the object.
-template <class Sampler = sampler::uniform, class Schedule = schedule::constant, class Topology = topology::all_reduce>
+template <class Sampler = sampler::uniform, class Schedule = schedule::constant, class Topology = topology::all_reduce,
+          class Codec = codec::fp32>
 class sparta : public detail::erased_handle {
 public:
     sparta() = default;
     template <class T, class Space, class Comm>
     sparta(const param_group<T, Space>& group, Comm& comm, sparta_options options = {}, Sampler sampler = {},
-           Schedule schedule = {}, Topology topology = {})
-        : erased_handle(detail::make_erased<sparta_engine<Sampler, Schedule, Topology, T, Space, Comm>>(
-              group, comm, options, std::move(sampler), std::move(schedule), std::move(topology))) {}
+           Schedule schedule = {}, Topology topology = {}, Codec codec = {})
+        : erased_handle(detail::make_erased<sparta_engine<Sampler, Schedule, Topology, T, Space, Comm, Codec>>(
+              group, comm, options, std::move(sampler), std::move(schedule), std::move(topology), std::move(codec))) {}
 };
 
 TRICKLE_NAMESPACE_END

@@ -1,0 +1,79 @@
+// trickle/algorithm/detail/codec.hpp: how an algorithm takes its codec policy.
+//
+// An algorithm's exchange travels as fp32 sums through its topology (the codec fp32, the
+// default: today's wire, bit for bit) or, with any other codec, through
+// codec::encoded_all_reduce. These helpers decide which, and check at construction, on
+// every worker (the config record), what the encoded path needs.
+#pragma once
+
+#include <trickle/codec/any.hpp>
+#include <trickle/codec/element.hpp>
+#include <trickle/codec/reduce.hpp>
+#include <trickle/comm/communicator.hpp>
+#include <trickle/config.hpp>
+#include <trickle/core/config_record.hpp>
+#include <trickle/core/memory_space.hpp>
+#include <trickle/topology/all_reduce.hpp>
+#include <trickle/topology/any.hpp>
+
+#include <cstring>
+#include <type_traits>
+
+TRICKLE_NAMESPACE_BEGIN
+
+namespace detail {
+
+// The codec object an algorithm keeps: the policy itself, or for codec::native the codec
+// of the parameters' type (W, default-constructed).
+template <class W, class Codec>
+W wire_codec_of(const Codec& c) {
+    if constexpr (std::is_same_v<Codec, codec::native>)
+        return W{};
+    else
+        return c;
+}
+
+// Whether the codec moves plain fp32 values (then the exchange is today's, through the
+// topology, with no encoding at all).
+template <class W>
+bool plain_codec(const W& c) {
+    if constexpr (std::is_same_v<W, codec::fp32>)
+        return true;
+    else if constexpr (std::is_same_v<W, codec::any>)
+        return std::holds_alternative<codec::fp32>(c.held);
+    else
+        return false;
+}
+
+template <class Top>
+bool is_all_reduce(const Top& t) {
+    if constexpr (std::is_same_v<Top, topology::all_reduce>)
+        return true;
+    else if constexpr (std::is_same_v<Top, topology::any>)
+        return std::strcmp(t.held_name(), "all_reduce") == 0;
+    else
+        return false;
+}
+
+// Adds the codec's fields to an algorithm's record, and an error when the encoded path
+// cannot run with this communicator, memory space or topology.
+template <class Comm, class Space, class W, class Top>
+void describe_codec(const W& c, const Top& top, config_record& rec, const char* kind) {
+    c.describe(rec);
+    if (plain_codec(c)) return;
+    const char* name = W::name;
+    if constexpr (std::is_same_v<W, codec::any>) name = c.held_name();
+    if constexpr (std::is_same_v<Space, cuda_space>)
+        rec.set_error(concat(kind, ": the ", name,
+                             " codec runs on host parameters in this version (device parameters exchange fp32)"));
+    if constexpr (!byte_communicator<Comm>)
+        rec.set_error(concat(kind, ": the ", name,
+                             " codec needs a communicator with all_gather and all_to_all (trickle::byte_communicator)"));
+    if (!is_all_reduce(top))
+        rec.set_error(concat(kind, ": the ", name, " codec sums through the all_reduce topology, not ", Top::name,
+                             std::is_same_v<Top, topology::any> ? " (holding another topology)" : ""));
+}
+
+} // namespace detail
+
+TRICKLE_NAMESPACE_END

@@ -1,0 +1,89 @@
+// trickle/codec/any.hpp: codecs chosen at run time, and the parameters' own precision.
+#pragma once
+
+#include <trickle/codec/block.hpp>
+#include <trickle/codec/codec.hpp>
+#include <trickle/codec/element.hpp>
+#include <trickle/config.hpp>
+#include <trickle/core/config_record.hpp>
+#include <trickle/core/dtype.hpp>
+
+#include <cstddef>
+#include <type_traits>
+#include <variant>
+
+TRICKLE_NAMESPACE_BEGIN
+
+namespace codec {
+
+// One of the built-in codecs, chosen at run time (a trainer's or simulator's option), so
+// that an algorithm is compiled once for all of them. Every call visits the held codec
+// once per array or block, never per value; describe() writes exactly the held codec's
+// fields, so a worker using any{int8_block{}} agrees with one using int8_block{}.
+struct any {
+    using variant_type = std::variant<fp32, bf16, fp16, fp8_e4m3, fp8_e5m2, int8_block, int4_block, sign2_block>;
+    static constexpr const char* name = "any";
+    variant_type held = fp32{};
+
+    any() = default;
+    template <class C>
+        requires std::is_constructible_v<variant_type, C>
+    any(C c) : held(std::move(c)) {} // NOLINT(google-explicit-constructor): a codec is an any
+
+    const char* held_name() const {
+        return std::visit([](const auto& c) { return std::remove_cvref_t<decltype(c)>::name; }, held);
+    }
+    std::size_t wire_bytes(std::size_t n) const {
+        return std::visit([&](const auto& c) { return c.wire_bytes(n); }, held);
+    }
+    std::size_t block_values() const {
+        return std::visit([](const auto& c) { return c.block_values(); }, held);
+    }
+    std::size_t block_bytes(std::size_t m) const {
+        return std::visit([&](const auto& c) { return c.block_bytes(m); }, held);
+    }
+    std::size_t block_offset(std::size_t b) const {
+        return std::visit([&](const auto& c) { return c.block_offset(b); }, held);
+    }
+    void encode(const float* in, std::size_t n, std::byte* out) const {
+        std::visit([&](const auto& c) { c.encode(in, n, out); }, held);
+    }
+    void decode(const std::byte* in, std::size_t n, float* out) const {
+        std::visit([&](const auto& c) { c.decode(in, n, out); }, held);
+    }
+    void encode_block(const float* in, std::size_t m, std::byte* out) const {
+        std::visit([&](const auto& c) { c.encode_block(in, m, out); }, held);
+    }
+    void decode_block(const std::byte* in, std::size_t m, float* out) const {
+        std::visit([&](const auto& c) { c.decode_block(in, m, out); }, held);
+    }
+    void describe(config_record& rec) const {
+        std::visit([&](const auto& c) { c.describe(rec); }, held);
+    }
+};
+
+// The parameters' own precision on the wire: fp32 for float parameters, fp16 for
+// trickle::half, bf16 for trickle::bfloat16. A bf16 or fp16 model's values then travel at
+// 2 bytes, losslessly on the way out (the gathered values are exact images of the
+// parameters). An algorithm resolves it with resolve_t<native, T>.
+struct native {
+    static constexpr const char* name = "native";
+};
+
+// The codec an algorithm over parameters of type T uses for policy C.
+template <class C, class T>
+struct resolve {
+    using type = C;
+};
+template <class T>
+struct resolve<native, T> {
+    using type = std::conditional_t<std::is_same_v<T, half>, fp16, std::conditional_t<std::is_same_v<T, bfloat16>, bf16, fp32>>;
+};
+template <class C, class T>
+using resolve_t = typename resolve<C, T>::type;
+
+} // namespace codec
+
+static_assert(codec_policy<codec::any>);
+
+TRICKLE_NAMESPACE_END

@@ -1,0 +1,143 @@
+// trickle/codec/reduce.hpp: the sum of encoded values over all workers, honest about what travels.
+//
+// Encoded values cannot be added by an all-reduce: a sum of int8 codes with different
+// scales means nothing, and a sum rounded to 8 bits at every hop of a ring would drift.
+// encoded_all_reduce sums them the way the quantized collectives of INTELLECT-1 and
+// SparseLoCo do, as a reduce-scatter followed by an all-gather of encoded chunks:
+//   1. the n values are cut into N chunks of whole codec blocks (detail::chunk_begin over
+//      the blocks); each worker encodes every chunk into a slot of E bytes (E: the largest
+//      chunk's encoding) and sends chunk r's slot to worker r (all_to_all);
+//   2. worker r decodes the N encodings of its chunk and adds them in rank order, in fp32;
+//   3. it encodes that sum and sends it to every worker (all_gather), and every worker
+//      decodes all N sums into the buffer.
+// Every worker decodes the same bytes, so all end with the same bits. Each sends
+// 2 (N - 1) E bytes: about 2 (N - 1)/N times the encoded size of the buffer, as the
+// communicator's counters report. With the fp32 codec the result has the bits of
+// comm::local's all_reduce_sum. The sum is encoded a second time in step 3, so a lossy
+// codec rounds twice: once each worker's values, once their sum.
+//
+// Error feedback (optional): with a residual array r and a decay beta, the values sent are
+// e = x + beta r (x: the buffer on entry), and afterwards r = e - decode(encode(e)), this
+// worker's own compression error, which the next call sends again. The error of step 3
+// is common to all workers and is not fed back.
+#pragma once
+
+#include <trickle/codec/codec.hpp>
+#include <trickle/comm/communicator.hpp>
+#include <trickle/config.hpp>
+#include <trickle/error.hpp>
+
+#include <algorithm>
+#include <cstddef>
+#include <type_traits>
+#include <vector>
+
+TRICKLE_NAMESPACE_BEGIN
+
+namespace codec {
+
+// Host memory an encoded all-reduce of up to `values` values uses, sized once (an
+// algorithm reserves it at construction, so no step allocates).
+struct reduce_scratch {
+    std::vector<std::byte> send, recv;
+    std::vector<float> sum, part;
+
+    template <codec_policy Codec>
+    void reserve(const Codec& c, std::size_t values, int ranks) {
+        const std::size_t E = slot_bytes(c, values, ranks);
+        const std::size_t chunk = max_chunk_values(c, values, ranks);
+        const auto N = static_cast<std::size_t>(ranks);
+        send.resize(N * E);
+        recv.resize(N * E);
+        sum.resize(chunk);
+        part.resize(chunk);
+    }
+
+    // Values in rank r's chunk of n values: whole blocks, split as evenly as possible.
+    template <codec_policy Codec>
+    static void chunk(const Codec& c, std::size_t n, int ranks, int r, std::size_t& first, std::size_t& count) {
+        const std::size_t B = c.block_values() == 0 ? 1 : c.block_values();
+        const std::size_t blocks = (n + B - 1) / B;
+        const std::size_t b0 = trickle::detail::chunk_begin(blocks, ranks, r);
+        const std::size_t nb = trickle::detail::chunk_size(blocks, ranks, r);
+        first = std::min(b0 * B, n);
+        count = std::min((b0 + nb) * B, n) - first;
+    }
+
+    template <codec_policy Codec>
+    static std::size_t max_chunk_values(const Codec& c, std::size_t n, int ranks) {
+        std::size_t m = 0, first = 0, count = 0;
+        for (int r = 0; r < ranks; ++r) {
+            chunk(c, n, ranks, r, first, count);
+            m = std::max(m, count);
+        }
+        return m;
+    }
+
+    // E: the bytes of every slot, the largest chunk's encoding.
+    template <codec_policy Codec>
+    static std::size_t slot_bytes(const Codec& c, std::size_t n, int ranks) {
+        std::size_t e = 0, first = 0, count = 0;
+        for (int r = 0; r < ranks; ++r) {
+            chunk(c, n, ranks, r, first, count);
+            e = std::max(e, c.wire_bytes(count));
+        }
+        return e;
+    }
+};
+
+// In place on host memory: buf[0, n) = the sum over workers of every worker's buf,
+// through the codec (see above). Collective; needs a byte_communicator over host memory.
+// scratch must have been reserved for at least n values and comm.size() ranks. Returns the
+// number of workers summed.
+template <codec_policy Codec, byte_communicator Comm>
+int encoded_all_reduce(const Codec& c, Comm& comm, float* buf, std::size_t n, reduce_scratch& s,
+                       float* residual = nullptr, float beta = 0.0f) {
+    static_assert(std::is_same_v<typename Comm::memory_space, host_space>,
+                  "codec::encoded_all_reduce runs on host memory (device codecs are not part of this version)");
+    const int N = comm.size(), me = comm.rank();
+    const std::size_t E = reduce_scratch::slot_bytes(c, n, N);
+    const auto NS = static_cast<std::size_t>(N);
+    require(s.send.size() >= NS * E && s.sum.size() >= reduce_scratch::max_chunk_values(c, n, N),
+            "codec::encoded_all_reduce: the scratch was reserved for fewer values than ", n);
+    std::size_t first = 0, count = 0;
+
+    // 1. Every chunk encoded into its slot (with error feedback, e = x + beta r first).
+    if (residual != nullptr)
+        for (std::size_t i = 0; i < n; ++i) buf[i] += beta * residual[i];
+    for (int r = 0; r < N; ++r) {
+        reduce_scratch::chunk(c, n, N, r, first, count);
+        std::byte* slot = s.send.data() + static_cast<std::size_t>(r) * E;
+        c.encode(buf + first, count, slot);
+        std::fill(slot + c.wire_bytes(count), slot + E, std::byte{0});
+        if (residual != nullptr) {
+            c.decode(slot, count, residual + first);
+            for (std::size_t i = first; i < first + count; ++i) residual[i] = buf[i] - residual[i];
+        }
+    }
+    comm.all_to_all(s.send.data(), s.recv.data(), E);
+
+    // 2. My chunk's sum, in rank order.
+    reduce_scratch::chunk(c, n, N, me, first, count);
+    for (int q = 0; q < N; ++q) {
+        float* out = q == 0 ? s.sum.data() : s.part.data();
+        c.decode(s.recv.data() + static_cast<std::size_t>(q) * E, count, out);
+        if (q != 0)
+            for (std::size_t i = 0; i < count; ++i) s.sum[i] += s.part[i];
+    }
+
+    // 3. The encoded sums to everyone; every worker decodes the same bytes.
+    std::byte* mine = s.send.data();
+    c.encode(s.sum.data(), count, mine);
+    std::fill(mine + c.wire_bytes(count), mine + E, std::byte{0});
+    comm.all_gather(mine, s.recv.data(), E);
+    for (int q = 0; q < N; ++q) {
+        reduce_scratch::chunk(c, n, N, q, first, count);
+        c.decode(s.recv.data() + static_cast<std::size_t>(q) * E, count, buf + first);
+    }
+    return N;
+}
+
+} // namespace codec
+
+TRICKLE_NAMESPACE_END

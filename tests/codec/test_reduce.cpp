@@ -1,0 +1,160 @@
+// codec::encoded_all_reduce: identical bits on every worker, comm::local's sums through fp32,
+// bounded error through lossy codecs, honest byte counts, error feedback.
+#include <trickle/codec.hpp>
+#include <trickle/comm/local.hpp>
+
+#include "test_support.hpp"
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+using namespace trickle;
+using trickle_test::bitwise_equal;
+using trickle_test::mixed;
+
+namespace {
+
+std::vector<float> smooth(int r, std::size_t n) {
+    std::vector<float> v(n);
+    for (std::size_t i = 0; i < n; ++i)
+        v[i] = static_cast<float>(std::sin(0.01 * static_cast<double>(i) * (r + 1)) * (1.0 + 0.1 * r));
+    return v;
+}
+
+// Runs the encoded all-reduce on N workers; returns each worker's result and traffic.
+template <class Codec>
+void run(const Codec& c, int N, std::size_t n, std::vector<std::vector<float>>& out, std::vector<traffic_counters>& t,
+         std::vector<float> (*input)(int, std::size_t)) {
+    out.assign(static_cast<std::size_t>(N), {});
+    t.assign(static_cast<std::size_t>(N), {});
+    comm::run_local(N, [&](comm::local& comm) {
+        auto v = input(comm.rank(), n);
+        codec::reduce_scratch s;
+        s.reserve(c, n, N);
+        const int g = codec::encoded_all_reduce(c, comm, v.data(), n, s);
+        if (g != N) throw std::logic_error("group size");
+        out[static_cast<std::size_t>(comm.rank())] = v;
+        t[static_cast<std::size_t>(comm.rank())] = comm.traffic();
+    });
+}
+
+std::vector<float> mixed_input(int r, std::size_t n) {
+    std::vector<float> v(n);
+    for (std::size_t i = 0; i < n; ++i) v[i] = mixed(r, i);
+    return v;
+}
+
+} // namespace
+
+TEST_CASE("encoded_all_reduce through fp32: comm::local's bits, 2(N-1) slots of bytes") {
+    for (int N : {1, 2, 3, 4})
+        for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{1001}}) {
+            std::vector<std::vector<float>> got, ref(static_cast<std::size_t>(N));
+            std::vector<traffic_counters> t;
+            run(codec::fp32{}, N, n, got, t, mixed_input);
+            comm::run_local(N, [&](comm::local& comm) {
+                auto v = mixed_input(comm.rank(), n);
+                comm.all_reduce_sum(v.data(), n);
+                ref[static_cast<std::size_t>(comm.rank())] = v;
+            });
+            const std::size_t E = 4 * ((n + static_cast<std::size_t>(N) - 1) / static_cast<std::size_t>(N));
+            for (int r = 0; r < N; ++r) {
+                INFO("N = ", N, ", n = ", n, ", rank ", r);
+                CHECK(bitwise_equal(got[static_cast<std::size_t>(r)], ref[static_cast<std::size_t>(r)]));
+                CHECK(t[static_cast<std::size_t>(r)].bytes_sent == 2 * static_cast<std::uint64_t>(N - 1) * E);
+                CHECK(t[static_cast<std::size_t>(r)].calls == 2);
+            }
+        }
+}
+
+TEST_CASE_TEMPLATE("encoded_all_reduce through a lossy codec: the same bits everywhere, error within the codec's bound",
+                   C, codec::bf16, codec::fp16, codec::fp8_e4m3, codec::int8_block, codec::int4_block,
+                   codec::sign2_block) {
+    const int N = 4;
+    const std::size_t n = 3000;
+    const C c{};
+    std::vector<std::vector<float>> got;
+    std::vector<traffic_counters> t;
+    run(c, N, n, got, t, smooth);
+    // The exact sum, and the worst error a round-to-nearest codec could make: each input
+    // and the sum rounded once, at most half a step of the codec's coarsest grid (|x| <= 1.3).
+    double worst = 0.0;
+    for (std::size_t i = 0; i < n; ++i) {
+        double exact = 0.0;
+        for (int r = 0; r < N; ++r) exact += smooth(r, n)[i];
+        worst = std::max(worst, std::abs(exact - static_cast<double>(got[0][i])));
+    }
+    const std::string name = C::name;
+    const double bound = name == "bf16"       ? 0.05
+                         : name == "fp16"     ? 0.01
+                         : name == "fp8_e4m3" ? 0.6
+                         : name == "int8"     ? 0.06
+                         : name == "int4"     ? 0.9
+                                              : 3.0; // sign2: half a step of 4 levels, twice
+    INFO(name, ": worst error ", worst);
+    CHECK(worst <= bound);
+    CHECK(worst > 0.0); // lossy: some value changed
+    for (int r = 1; r < N; ++r) CHECK(bitwise_equal(got[static_cast<std::size_t>(r)], got[0]));
+    // Fewer bytes than fp32, by about the codec's ratio.
+    const std::uint64_t fp32_bytes = 2 * 3 * 4 * ((n + 3) / 4);
+    CHECK(t[0].bytes_sent == 2 * 3 * codec::reduce_scratch::slot_bytes(c, n, N));
+    CHECK(t[0].bytes_sent < fp32_bytes);
+}
+
+TEST_CASE("encoded_all_reduce: codec::any gives the held codec's bits and bytes") {
+    const int N = 3;
+    const std::size_t n = 777;
+    std::vector<std::vector<float>> a, b;
+    std::vector<traffic_counters> ta, tb;
+    run(codec::int4_block{.block_size = 32}, N, n, a, ta, smooth);
+    run(codec::any{codec::int4_block{.block_size = 32}}, N, n, b, tb, smooth);
+    for (int r = 0; r < N; ++r) {
+        CHECK(bitwise_equal(a[static_cast<std::size_t>(r)], b[static_cast<std::size_t>(r)]));
+        CHECK(ta[static_cast<std::size_t>(r)] == tb[static_cast<std::size_t>(r)]);
+    }
+    config_record x, y;
+    codec::int4_block{.block_size = 32}.describe(x);
+    codec::any{codec::int4_block{.block_size = 32}}.describe(y);
+    CHECK(x.serialize() == y.serialize());
+}
+
+TEST_CASE("encoded_all_reduce with error feedback: what was lost is sent again") {
+    // One worker sends the same small signal repeatedly through sign2: without feedback the
+    // quantization error repeats, with beta = 1 the running mean of what arrives converges
+    // to the signal.
+    const std::size_t n = 256;
+    const codec::sign2_block c{.block_size = 64};
+    comm::local_world world(1);
+    auto comm = world.rank(0);
+    codec::reduce_scratch s;
+    s.reserve(c, n, 1);
+    std::vector<float> signal(n), residual(n, 0.0f);
+    for (std::size_t i = 0; i < n; ++i) signal[i] = static_cast<float>(std::sin(0.3 * static_cast<double>(i)));
+    auto mean_error = [&](bool feedback) {
+        std::fill(residual.begin(), residual.end(), 0.0f);
+        std::vector<double> total(n, 0.0);
+        const int rounds = 200;
+        for (int k = 0; k < rounds; ++k) {
+            std::vector<float> v = signal;
+            codec::encoded_all_reduce(c, comm, v.data(), n, s, feedback ? residual.data() : nullptr, 1.0f);
+            for (std::size_t i = 0; i < n; ++i) total[i] += v[i];
+        }
+        double err = 0.0;
+        for (std::size_t i = 0; i < n; ++i) err = std::max(err, std::abs(total[i] / rounds - signal[i]));
+        return err;
+    };
+    const double without = mean_error(false), with = mean_error(true);
+    INFO("max error of the mean: without feedback ", without, ", with ", with);
+    CHECK(with < 0.1 * without);
+}
+
+TEST_CASE("codec::native resolves to the parameters' type") {
+    CHECK(std::is_same_v<codec::resolve_t<codec::native, float>, codec::fp32>);
+    CHECK(std::is_same_v<codec::resolve_t<codec::native, half>, codec::fp16>);
+    CHECK(std::is_same_v<codec::resolve_t<codec::native, bfloat16>, codec::bf16>);
+    CHECK(std::is_same_v<codec::resolve_t<codec::int8_block, bfloat16>, codec::int8_block>);
+}
