@@ -40,7 +40,9 @@ inline void print_header(std::ostream& out, const sim_config& cfg, const dataset
         if (cfg.fraction_schedule != schedule_kind::constant)
             out << " -> " << cfg.fraction_end << " (" << name_of(cfg.fraction_schedule) << ")";
         out << ", sampler " << name_of(cfg.sampler) << ", every " << cfg.interval << " step(s), topology "
-            << topology_label(cfg) << '\n';
+            << topology_label(cfg);
+        if (cfg.codec != codec_kind::fp32) out << ", codec " << name_of(cfg.codec);
+        out << '\n';
     }
     if (diloco) {
         out << "diloco: outer step every " << cfg.outer_interval << " steps, outer " << name_of(cfg.outer);
@@ -50,7 +52,10 @@ inline void print_header(std::ostream& out, const sim_config& cfg, const dataset
         if (cfg.outer == outer_kind::nesterov || cfg.outer == outer_kind::momentum)
             out << " momentum " << cfg.outer_momentum;
         out << ", drop probability " << cfg.drop_prob << ", prune " << cfg.prune << ", topology "
-            << topology_label(cfg) << '\n';
+            << topology_label(cfg);
+        if (cfg.outer_codec != codec_kind::fp32) out << ", outer codec " << name_of(cfg.outer_codec);
+        if (cfg.error_feedback > 0) out << " with error feedback " << cfg.error_feedback;
+        out << '\n';
     }
 }
 

@@ -31,6 +31,7 @@ enum class sampler_kind { uniform, permutation, block, layerwise };
 enum class schedule_kind { constant, linear, cosine };
 enum class topology_kind { all_reduce, ring, gossip, exponential, islands };
 enum class outer_kind { nesterov, sgd, momentum, adam, average };
+enum class codec_kind { fp32, bf16, fp16, fp8_e4m3, fp8_e5m2, int8, int4, sign2 };
 
 inline constexpr std::string_view strategy_names[] = {"ddp", "none", "sparta", "diloco", "sparta-diloco"};
 inline constexpr std::string_view shard_names[] = {"iid", "non-iid"};
@@ -38,6 +39,7 @@ inline constexpr std::string_view sampler_names[] = {"uniform", "permutation", "
 inline constexpr std::string_view schedule_names[] = {"constant", "linear", "cosine"};
 inline constexpr std::string_view topology_names[] = {"all-reduce", "ring", "gossip", "exponential", "islands"};
 inline constexpr std::string_view outer_names[] = {"nesterov", "sgd", "momentum", "adam", "average"};
+inline constexpr std::string_view codec_names[] = {"fp32", "bf16", "fp16", "fp8-e4m3", "fp8-e5m2", "int8", "int4", "sign2"};
 
 template <class E, std::size_t N>
 std::string_view name_of(E e, const std::string_view (&names)[N]) {
@@ -48,6 +50,7 @@ inline std::string_view name_of(shard_mode s) { return name_of(s, shard_names); 
 inline std::string_view name_of(sampler_kind s) { return name_of(s, sampler_names); }
 inline std::string_view name_of(schedule_kind s) { return name_of(s, schedule_names); }
 inline std::string_view name_of(topology_kind s) { return name_of(s, topology_names); }
+inline std::string_view name_of(codec_kind s) { return name_of(s, codec_names); }
 inline std::string_view name_of(outer_kind s) { return name_of(s, outer_names); }
 
 inline bool uses_sparta(strategy_kind s) { return s == strategy_kind::sparta || s == strategy_kind::sparta_diloco; }
@@ -110,6 +113,12 @@ struct sim_config {
 
     topology_kind topology = topology_kind::all_reduce;
     int island_size = 2; // --topology islands: workers per island
+
+    // Compression
+    codec_kind codec = codec_kind::fp32;       // SPARTA's values on the wire
+    codec_kind outer_codec = codec_kind::fp32; // DiLoCo's outer gradient on the wire
+    int codec_block = 64;                      // values per scale of int8, int4 and sign2
+    double error_feedback = 0.0;               // DiLoCo: beta of the compression residual (0: off)
 
     std::string csv;     // empty: no CSV
     bool quiet = false;  // no progress line
@@ -188,6 +197,14 @@ Both
                          gossip and exponential need >= 2 workers
   --island-size G        workers per island of --topology islands, 1..--workers (default 2)
 
+Compression (needs --topology all-reduce)
+  --codec C              SPARTA's values on the wire: fp32|bf16|fp16|fp8-e4m3|fp8-e5m2|int8|int4|
+                         sign2 (default fp32, today's wire)
+  --outer-codec C        DiLoCo's outer gradient on the wire, the same names (default fp32)
+  --codec-block B        values per fp32 scale of int8, int4 and sign2, >= 1 (default 64)
+  --error-feedback BETA  DiLoCo: add BETA x the last outer gradient's compression error to the
+                         next one, (0, 1]; needs a lossy --outer-codec
+
 Output
   --csv FILE             one row per evaluation: strategy,step,eval_loss,eval_ppl,train_loss,
                          correlation,bytes_sent_per_worker,reduction_vs_ddp,wall_s
@@ -260,7 +277,7 @@ inline sim_config parse_cli(std::span<const std::string> args) {
     std::vector<std::string> sparta_only, diloco_only, both_only;
     bool fraction_end_given = false, outer_lr_given = false, outer_momentum_given = false,
          block_size_given = false, outer_lr_schedule_given = false, outer_lr_end_given = false,
-         island_size_given = false;
+         island_size_given = false, codec_block_given = false;
     std::vector<std::string> seen;
 
     for (std::size_t i = 0; i < args.size(); ++i) {
@@ -288,7 +305,7 @@ inline sim_config parse_cli(std::span<const std::string> args) {
             "--hidden", "--layers", "--fraction", "--sampler", "--block-size", "--interval",
             "--fraction-schedule", "--fraction-end", "--outer-interval", "--outer", "--outer-lr",
             "--outer-momentum", "--outer-lr-schedule", "--outer-lr-end", "--drop-prob", "--prune", "--topology",
-            "--island-size", "--csv"};
+            "--island-size", "--csv", "--codec", "--outer-codec", "--codec-block", "--error-feedback"};
         bool is_known = false;
         for (auto k : known) is_known = is_known || k == opt;
         if (!is_known) throw usage_error("unknown option '" + opt + "' (see --help)");
@@ -420,6 +437,20 @@ inline sim_config parse_cli(std::span<const std::string> args) {
         } else if (opt == "--island-size") {
             c.island_size = detail::parse_int<int>(opt, v, 1, 256);
             island_size_given = true;
+        } else if (opt == "--codec") {
+            c.codec = detail::parse_enum<codec_kind>(opt, v, codec_names);
+            sparta_only.push_back(opt);
+        } else if (opt == "--outer-codec") {
+            c.outer_codec = detail::parse_enum<codec_kind>(opt, v, codec_names);
+            diloco_only.push_back(opt);
+        } else if (opt == "--codec-block") {
+            c.codec_block = detail::parse_int<int>(opt, v, 1, 1 << 20);
+            codec_block_given = true;
+        } else if (opt == "--error-feedback") {
+            const double x = detail::parse_double(opt, v);
+            if (!(x > 0 && x <= 1)) detail::bad_value(opt, v, "must be in (0, 1]");
+            c.error_feedback = x;
+            diloco_only.push_back(opt);
         } else if (opt == "--csv") {
             if (v.empty()) detail::bad_value(opt, v, "expected a file name");
             c.csv = std::string(v);
@@ -458,6 +489,16 @@ inline sim_config parse_cli(std::span<const std::string> args) {
     if ((c.topology == topology_kind::gossip || c.topology == topology_kind::exponential) && c.workers < 2)
         throw usage_error("--topology " + std::string(name_of(c.topology)) +
                           ": needs at least 2 workers to average with a peer (--workers 1)");
+    const auto blocked = [](codec_kind k) {
+        return k == codec_kind::int8 || k == codec_kind::int4 || k == codec_kind::sign2;
+    };
+    if (codec_block_given && !(any_sparta && blocked(c.codec)) && !(any_diloco && blocked(c.outer_codec)))
+        throw usage_error("--codec-block: applies to the int8, int4 and sign2 codecs only");
+    if ((c.codec != codec_kind::fp32 || c.outer_codec != codec_kind::fp32) && c.topology != topology_kind::all_reduce)
+        throw usage_error("--codec / --outer-codec: compressed values are summed through --topology all-reduce, not " +
+                          std::string(name_of(c.topology)));
+    if (c.error_feedback > 0 && c.outer_codec == codec_kind::fp32)
+        throw usage_error("--error-feedback: needs a lossy --outer-codec (fp32 loses nothing to feed back)");
     c.fraction_end = detail::schedule_end(c.fraction_schedule, "--fraction-schedule", fraction_end_given,
                                           "--fraction-end", c.fraction_end, c.fraction);
     if (c.outer == outer_kind::average && outer_lr_given)

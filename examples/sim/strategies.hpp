@@ -106,6 +106,22 @@ inline topology_choice make_topology(const sim_config& c) {
     throw usage_error("--topology: unhandled value");
 }
 
+// A codec chosen at run time (one codec::any, so codecs add no instantiations).
+inline trickle::codec::any make_codec(codec_kind k, int block) {
+    const auto B = static_cast<std::size_t>(block);
+    switch (k) {
+    case codec_kind::fp32: return trickle::codec::fp32{};
+    case codec_kind::bf16: return trickle::codec::bf16{};
+    case codec_kind::fp16: return trickle::codec::fp16{};
+    case codec_kind::fp8_e4m3: return trickle::codec::fp8_e4m3{};
+    case codec_kind::fp8_e5m2: return trickle::codec::fp8_e5m2{};
+    case codec_kind::int8: return trickle::codec::int8_block{.block_size = B};
+    case codec_kind::int4: return trickle::codec::int4_block{.block_size = B};
+    case codec_kind::sign2: return trickle::codec::sign2_block{.block_size = B};
+    }
+    throw usage_error("--codec: unhandled value");
+}
+
 inline trickle::sparta_options make_sparta_options(const sim_config& c) {
     return {.fraction = c.fraction, .interval = static_cast<std::uint64_t>(c.interval), .seed = c.seed};
 }
@@ -156,6 +172,7 @@ inline trickle::diloco_options make_diloco_options(const sim_config& c, float we
             .weight = weight,
             .drop_probability = c.drop_prob,
             .prune_fraction = c.prune,
+            .error_feedback = c.error_feedback,
             // Every worker initialises from the same seed, so they already agree; rank 0's
             // parameters need not be sent to them (the tests check the replicas start equal).
             .broadcast_initial = false};

@@ -8,9 +8,9 @@ std::unique_ptr<exchanger> make_diloco_exchanger(const sim_config& c, const tric
     const topology_choice top = make_topology(c);
     return std::visit(
         [&](auto out) -> std::unique_ptr<exchanger> {
-            using algorithm = trickle::diloco<decltype(out), topology_choice>;
+            using algorithm = trickle::diloco<decltype(out), topology_choice, trickle::codec::any>;
             return std::make_unique<algorithm_exchanger<algorithm>>(group, comm, make_diloco_options(c, weight), out,
-                                                                    top);
+                                                                    top, make_codec(c.outer_codec, c.codec_block));
         },
         make_outer(c));
 }

@@ -8,8 +8,9 @@ std::unique_ptr<exchanger> make_sparta_exchanger(const sim_config& c, const tric
     const topology_choice top = make_topology(c);
     return std::visit(
         [&](auto sam, auto sch) -> std::unique_ptr<exchanger> {
-            using algorithm = trickle::sparta<decltype(sam), decltype(sch), topology_choice>;
-            return std::make_unique<algorithm_exchanger<algorithm>>(group, comm, make_sparta_options(c), sam, sch, top);
+            using algorithm = trickle::sparta<decltype(sam), decltype(sch), topology_choice, trickle::codec::any>;
+            return std::make_unique<algorithm_exchanger<algorithm>>(group, comm, make_sparta_options(c), sam, sch, top,
+                                                                    make_codec(c.codec, c.codec_block));
         },
         make_sampler(c), make_schedule(c));
 }

@@ -108,6 +108,13 @@ TEST_CASE("cli: every option is read, in both --opt V and --opt=V forms") {
     CHECK(c.topology == topology_kind::ring);
     CHECK(c.csv == "out.csv");
     CHECK(c.quiet);
+
+    const sim_config z = parse({"--strategy", "sparta-diloco", "--codec", "fp8-e5m2", "--outer-codec=sign2",
+                                "--codec-block", "32", "--error-feedback", "0.9"});
+    CHECK(z.codec == codec_kind::fp8_e5m2);
+    CHECK(z.outer_codec == codec_kind::sign2);
+    CHECK(z.codec_block == 32);
+    CHECK(z.error_feedback == 0.9);
 }
 
 TEST_CASE("cli: enumerations accept exactly their documented names") {
@@ -168,6 +175,14 @@ TEST_CASE("cli: bad input is an error that names the option") {
         {{"--workers", "99999999999999999999"}, "--workers: must be in"},
         {{"--workers"}, "--workers: missing value"},
         {{"--workers", "2", "--workers", "3"}, "--workers: given more than once"},
+        {{"--strategy", "sparta", "--codec", "int3"}, "--codec: expected one of fp32|bf16|fp16|fp8-e4m3|fp8-e5m2|int8|int4|sign2, got 'int3'"},
+        {{"--strategy", "diloco", "--codec", "bf16"}, "--codec: applies to sparta and sparta-diloco"},
+        {{"--strategy", "sparta", "--outer-codec", "int8"}, "--outer-codec: applies to diloco and sparta-diloco"},
+        {{"--strategy", "diloco", "--outer-codec", "bf16", "--codec-block", "32"}, "--codec-block: applies to the int8, int4 and sign2 codecs only"},
+        {{"--strategy", "diloco", "--outer-codec", "int8", "--codec-block", "0"}, "--codec-block: must be in [1, "},
+        {{"--strategy", "diloco", "--outer-codec", "int8", "--topology", "ring"}, "compressed values are summed through --topology all-reduce, not ring"},
+        {{"--strategy", "diloco", "--error-feedback", "0.9"}, "--error-feedback: needs a lossy --outer-codec"},
+        {{"--strategy", "diloco", "--outer-codec", "sign2", "--error-feedback", "1.5"}, "--error-feedback: must be in (0, 1], got '1.5'"},
         {{"--quiet=yes"}, "--quiet: takes no value"},
         {{"--steps", "0"}, "--steps: must be in"},
         {{"--eval-every", "0"}, "--eval-every: must be in"},
@@ -281,8 +296,8 @@ TEST_CASE("cli: --help documents every option and exits 0") {
                             "--context", "--embed", "--hidden", "--layers", "--fraction", "--sampler", "--block-size",
                             "--interval", "--fraction-schedule", "--fraction-end", "--outer-interval", "--outer",
                             "--outer-lr", "--outer-momentum", "--outer-lr-schedule", "--outer-lr-end", "--drop-prob",
-                            "--prune", "--topology", "--island-size", "--csv",
-                            "--quiet", "--help"})
+                            "--prune", "--topology", "--island-size", "--csv", "--codec", "--outer-codec",
+                            "--codec-block", "--error-feedback", "--quiet", "--help"})
         CHECK_MESSAGE(r.out.find(opt) != std::string::npos, opt);
     CHECK(r.out.find("correlation,bytes_sent_per_worker,reduction_vs_ddp,wall_s") != std::string::npos);
 }

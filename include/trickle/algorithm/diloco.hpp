@@ -56,10 +56,10 @@ struct diloco_options {
     float weight = 1.0f;              // this worker's weight in the average (e.g. its shard size); >= 0
     double drop_probability = 0.0;    // q in [0, 1): each worker's contribution to an outer step is dropped with probability q
     double prune_fraction = 0.0;      // in [0, 1): zero this fraction of each tensor's delta, smallest magnitudes first
+    double error_feedback = 0.0;      // beta in [0, 1]: with a codec other than fp32, add beta times the previous
+                                      // outer gradient's compression error to the next one (0: off)
     bool broadcast_initial = true;    // at construction, give every worker rank 0's parameters (set false when
                                       // resuming from a checkpoint with parameters the trainer restored)
-    double error_feedback = 0.0;       // beta in [0, 1]: with a codec other than fp32, add beta times the previous
-                                       // outer gradient's compression error to the next one (0: off)
     bool state_in_pinned_host = false; // cuda_space only: keep snapshot and optimizer state in pinned host memory
     CUmemPoolHandle_st* device_pool = nullptr; // cuda_space: a cudaMemPool_t for trickle's buffers (default pool if null)
 };
