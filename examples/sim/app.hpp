@@ -53,6 +53,7 @@ inline void print_header(std::ostream& out, const sim_config& cfg, const dataset
             out << " momentum " << cfg.outer_momentum;
         out << ", drop probability " << cfg.drop_prob << ", prune " << cfg.prune << ", topology "
             << topology_label(cfg);
+        if (cfg.topk_k > 0) out << ", top " << cfg.topk_k << " of every " << cfg.topk_chunk;
         if (cfg.outer_codec != codec_kind::fp32) out << ", outer codec " << name_of(cfg.outer_codec);
         if (cfg.error_feedback > 0) out << " with error feedback " << cfg.error_feedback;
         out << '\n';

@@ -119,6 +119,7 @@ struct sim_config {
     codec_kind outer_codec = codec_kind::fp32; // DiLoCo's outer gradient on the wire
     int codec_block = 64;                      // values per scale of int8, int4 and sign2
     double error_feedback = 0.0;               // DiLoCo: beta of the compression residual (0: off)
+    int topk_chunk = 0, topk_k = 0;            // DiLoCo: keep topk_k of every topk_chunk values (0: off)
 
     std::string csv;     // empty: no CSV
     bool quiet = false;  // no progress line
@@ -202,8 +203,11 @@ Compression (needs --topology all-reduce)
                          sign2 (default fp32, today's wire)
   --outer-codec C        DiLoCo's outer gradient on the wire, the same names (default fp32)
   --codec-block B        values per fp32 scale of int8, int4 and sign2, >= 1 (default 64)
+  --outer-topk C:K       DiLoCo: send only the K largest of every C values of the outer gradient
+                         (chunk top-k, indices packed in ceil(log2 C) bits; the values in
+                         --outer-codec), 1 <= K <= C
   --error-feedback BETA  DiLoCo: add BETA x the last outer gradient's compression error to the
-                         next one, (0, 1]; needs a lossy --outer-codec
+                         next one, (0, 1]; needs a lossy --outer-codec or --outer-topk
 
 Output
   --csv FILE             one row per evaluation: strategy,step,eval_loss,eval_ppl,train_loss,
@@ -305,7 +309,7 @@ inline sim_config parse_cli(std::span<const std::string> args) {
             "--hidden", "--layers", "--fraction", "--sampler", "--block-size", "--interval",
             "--fraction-schedule", "--fraction-end", "--outer-interval", "--outer", "--outer-lr",
             "--outer-momentum", "--outer-lr-schedule", "--outer-lr-end", "--drop-prob", "--prune", "--topology",
-            "--island-size", "--csv", "--codec", "--outer-codec", "--codec-block", "--error-feedback"};
+            "--island-size", "--csv", "--codec", "--outer-codec", "--codec-block", "--error-feedback", "--outer-topk"};
         bool is_known = false;
         for (auto k : known) is_known = is_known || k == opt;
         if (!is_known) throw usage_error("unknown option '" + opt + "' (see --help)");
@@ -446,6 +450,13 @@ inline sim_config parse_cli(std::span<const std::string> args) {
         } else if (opt == "--codec-block") {
             c.codec_block = detail::parse_int<int>(opt, v, 1, 1 << 20);
             codec_block_given = true;
+        } else if (opt == "--outer-topk") {
+            const auto colon = v.find(':');
+            if (colon == std::string_view::npos) detail::bad_value(opt, v, "expected C:K");
+            c.topk_chunk = detail::parse_int<int>(opt, v.substr(0, colon), 1, 1 << 20);
+            c.topk_k = detail::parse_int<int>(opt, v.substr(colon + 1), 1, 1 << 20);
+            if (c.topk_k > c.topk_chunk) detail::bad_value(opt, v, "K must be at most C");
+            diloco_only.push_back(opt);
         } else if (opt == "--error-feedback") {
             const double x = detail::parse_double(opt, v);
             if (!(x > 0 && x <= 1)) detail::bad_value(opt, v, "must be in (0, 1]");
@@ -494,11 +505,13 @@ inline sim_config parse_cli(std::span<const std::string> args) {
     };
     if (codec_block_given && !(any_sparta && blocked(c.codec)) && !(any_diloco && blocked(c.outer_codec)))
         throw usage_error("--codec-block: applies to the int8, int4 and sign2 codecs only");
-    if ((c.codec != codec_kind::fp32 || c.outer_codec != codec_kind::fp32) && c.topology != topology_kind::all_reduce)
-        throw usage_error("--codec / --outer-codec: compressed values are summed through --topology all-reduce, not " +
+    if ((c.codec != codec_kind::fp32 || c.outer_codec != codec_kind::fp32 || c.topk_k > 0) &&
+        c.topology != topology_kind::all_reduce)
+        throw usage_error("--codec / --outer-codec / --outer-topk: compressed values are summed through --topology "
+                          "all-reduce, not " +
                           std::string(name_of(c.topology)));
-    if (c.error_feedback > 0 && c.outer_codec == codec_kind::fp32)
-        throw usage_error("--error-feedback: needs a lossy --outer-codec (fp32 loses nothing to feed back)");
+    if (c.error_feedback > 0 && c.outer_codec == codec_kind::fp32 && c.topk_k == 0)
+        throw usage_error("--error-feedback: needs a lossy --outer-codec or --outer-topk (fp32 loses nothing to feed back)");
     c.fraction_end = detail::schedule_end(c.fraction_schedule, "--fraction-schedule", fraction_end_given,
                                           "--fraction-end", c.fraction_end, c.fraction);
     if (c.outer == outer_kind::average && outer_lr_given)

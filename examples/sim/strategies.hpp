@@ -122,6 +122,17 @@ inline trickle::codec::any make_codec(codec_kind k, int block) {
     throw usage_error("--codec: unhandled value");
 }
 
+// DiLoCo's outer gradient on the wire: a codec, or chunk top-k with that codec for the values.
+using outer_wire_choice = std::variant<trickle::codec::any, trickle::codec::chunk_topk<trickle::codec::any>>;
+
+inline outer_wire_choice make_outer_wire(const sim_config& c) {
+    const trickle::codec::any values = make_codec(c.outer_codec, c.codec_block);
+    if (c.topk_k == 0) return values;
+    return trickle::codec::chunk_topk<trickle::codec::any>{.chunk = static_cast<std::size_t>(c.topk_chunk),
+                                                           .k = static_cast<std::size_t>(c.topk_k),
+                                                           .values = values};
+}
+
 inline trickle::sparta_options make_sparta_options(const sim_config& c) {
     return {.fraction = c.fraction, .interval = static_cast<std::uint64_t>(c.interval), .seed = c.seed};
 }

@@ -7,12 +7,12 @@ std::unique_ptr<exchanger> make_diloco_exchanger(const sim_config& c, const tric
                                                  trickle::comm::local& comm, float weight) {
     const topology_choice top = make_topology(c);
     return std::visit(
-        [&](auto out) -> std::unique_ptr<exchanger> {
-            using algorithm = trickle::diloco<decltype(out), topology_choice, trickle::codec::any>;
+        [&](auto out, auto wire) -> std::unique_ptr<exchanger> {
+            using algorithm = trickle::diloco<decltype(out), topology_choice, decltype(wire)>;
             return std::make_unique<algorithm_exchanger<algorithm>>(group, comm, make_diloco_options(c, weight), out,
-                                                                    top, make_codec(c.outer_codec, c.codec_block));
+                                                                    top, wire);
         },
-        make_outer(c));
+        make_outer(c), make_outer_wire(c));
 }
 
 } // namespace trickle_sim

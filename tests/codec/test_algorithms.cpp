@@ -250,3 +250,38 @@ TEST_CASE("sparta_diloco with a codec for each part; codec::any holding fp32 is 
         CHECK(sc[r].total.bytes_sent < sa[r].total.bytes_sent / 2);
     }
 }
+
+TEST_CASE("diloco through a sparsifier (chunk top-k with 2-bit values, error feedback): identical replicas, few bytes") {
+    const int N = 3, H = 4;
+    using topk = codec::chunk_topk<codec::sign2_block>;
+    const topk sp{.chunk = 64, .k = 4, .values = {.block_size = 4}};
+    std::vector<model<float>> m, ref;
+    for (int r = 0; r < N; ++r) {
+        m.emplace_back(r);
+        ref.emplace_back(r);
+    }
+    std::vector<exchange_stats> st(N), ref_st(N);
+    comm::run_local(N, [&](comm::local& c) {
+        const int r = c.rank();
+        diloco<outer::nesterov, topology::all_reduce, topk> d(m[r].group, c, {.interval = H, .error_feedback = 1.0}, {},
+                                                             {}, sp);
+        diloco<outer::nesterov> plain(ref[r].group, c, {.interval = H});
+        for (int t = 0; t < 3 * H; ++t) {
+            m[r].train(r, t);
+            ref[r].train(r, t);
+            d.step(exec::host{});
+            plain.step(exec::host{});
+        }
+        st[r] = d.stats();
+        ref_st[r] = plain.stats();
+    });
+    for (int r = 0; r < N; ++r) {
+        CHECK(same_bits(m[r], m[0]));
+        CHECK(st[r].total.bytes_sent * 10 < ref_st[r].total.bytes_sent);
+    }
+    const auto errors = run_collect_errors(N, [&](comm::local& c) {
+        model<float> x(c.rank());
+        diloco<outer::nesterov, topology::all_reduce, topk>(x.group, c, {}, {}, {}, topk{.chunk = 8, .k = 9});
+    });
+    for (const auto& e : errors) CHECK(e.find("k must be") != std::string::npos);
+}

@@ -110,7 +110,9 @@ TEST_CASE("cli: every option is read, in both --opt V and --opt=V forms") {
     CHECK(c.quiet);
 
     const sim_config z = parse({"--strategy", "sparta-diloco", "--codec", "fp8-e5m2", "--outer-codec=sign2",
-                                "--codec-block", "32", "--error-feedback", "0.9"});
+                                "--codec-block", "32", "--error-feedback", "0.9", "--outer-topk", "64:2"});
+    CHECK(z.topk_chunk == 64);
+    CHECK(z.topk_k == 2);
     CHECK(z.codec == codec_kind::fp8_e5m2);
     CHECK(z.outer_codec == codec_kind::sign2);
     CHECK(z.codec_block == 32);
@@ -182,6 +184,9 @@ TEST_CASE("cli: bad input is an error that names the option") {
         {{"--strategy", "diloco", "--outer-codec", "int8", "--codec-block", "0"}, "--codec-block: must be in [1, "},
         {{"--strategy", "diloco", "--outer-codec", "int8", "--topology", "ring"}, "compressed values are summed through --topology all-reduce, not ring"},
         {{"--strategy", "diloco", "--error-feedback", "0.9"}, "--error-feedback: needs a lossy --outer-codec"},
+        {{"--strategy", "diloco", "--outer-topk", "64"}, "--outer-topk: expected C:K, got '64'"},
+        {{"--strategy", "diloco", "--outer-topk", "8:9"}, "--outer-topk: K must be at most C, got '8:9'"},
+        {{"--strategy", "sparta", "--outer-topk", "64:4"}, "--outer-topk: applies to diloco and sparta-diloco"},
         {{"--strategy", "diloco", "--outer-codec", "sign2", "--error-feedback", "1.5"}, "--error-feedback: must be in (0, 1], got '1.5'"},
         {{"--quiet=yes"}, "--quiet: takes no value"},
         {{"--steps", "0"}, "--steps: must be in"},
@@ -297,7 +302,7 @@ TEST_CASE("cli: --help documents every option and exits 0") {
                             "--interval", "--fraction-schedule", "--fraction-end", "--outer-interval", "--outer",
                             "--outer-lr", "--outer-momentum", "--outer-lr-schedule", "--outer-lr-end", "--drop-prob",
                             "--prune", "--topology", "--island-size", "--csv", "--codec", "--outer-codec",
-                            "--codec-block", "--error-feedback", "--quiet", "--help"})
+                            "--codec-block", "--error-feedback", "--outer-topk", "--quiet", "--help"})
         CHECK_MESSAGE(r.out.find(opt) != std::string::npos, opt);
     CHECK(r.out.find("correlation,bytes_sent_per_worker,reduction_vs_ddp,wall_s") != std::string::npos);
 }

@@ -332,6 +332,14 @@ TEST_CASE("runs: compressed exchanges keep replicas identical after outer steps 
     CHECK(static_cast<double>(int8.bytes_sent[0]) < 0.31 * static_cast<double>(plain.bytes_sent[0]));
     CHECK(int8.rows.back().eval_loss == doctest::Approx(plain.rows.back().eval_loss).epsilon(0.05));
 
+    // Chunk top-k (2 of every 64, fp32 values) with feedback: identical replicas, far fewer bytes.
+    cfg.outer_codec = codec_kind::fp32;
+    cfg.topk_chunk = 64;
+    cfg.topk_k = 2;
+    const run_result topk = run_strategy(cfg, data, strategy_kind::diloco);
+    for (const auto& rep : topk.replicas) CHECK(bitwise_equal(rep, topk.replicas[0]));
+    CHECK(topk.bytes_sent[0] * 10 < plain.bytes_sent[0]);
+
     // SPARTA through bf16: half the bytes of fp32.
     sim_config s = sim_test::tiny_config(3, 20);
     const run_result sp = run_strategy(s, data, strategy_kind::sparta);

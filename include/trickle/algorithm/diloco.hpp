@@ -95,7 +95,10 @@ class diloco_engine {
                   "the communicator moves memory in a different space than the parameters live in");
     static constexpr bool on_device = std::is_same_v<Space, cuda_space>;
     using wire_codec = codec::resolve_t<Codec, T>; // codec::native becomes the parameters' own type
-    static_assert(codec_policy<wire_codec>, "Codec must satisfy trickle::codec_policy (or be codec::native)");
+    static constexpr bool sparsified = codec::sparsifier_policy<wire_codec>;
+    static_assert(codec_policy<wire_codec> || sparsified,
+                  "Codec must satisfy trickle::codec_policy or codec::sparsifier_policy (or be codec::native)");
+    using codec_scratch = std::conditional_t<sparsified, codec::sparse_scratch, codec::reduce_scratch>;
 
 public:
     using memory_space = Space;
@@ -296,8 +299,13 @@ private:
         ws_.reserve(0, n_ + 1);
         detail::reserve_topology_scratch<Topology>(ws_, n_ + 1);
         encoded_ = !detail::plain_codec(codec_);
-        if constexpr (!on_device && byte_communicator<Comm>)
-            if (encoded_) codec_scratch_.reserve(codec_, n_, comm_.size());
+        if constexpr (!on_device && byte_communicator<Comm>) {
+            if constexpr (sparsified) {
+                if (codec_.error().empty()) codec_.reserve_scratch(codec_scratch_, n_, comm_.size());
+            } else if (encoded_) {
+                codec_scratch_.reserve(codec_, n_, comm_.size());
+            }
+        }
         if (feedback()) residual_.assign(n_, 0.0f);
         if constexpr (on_device) {
             const std::vector<std::uint32_t> tiles = detail::tile_segments(flat_.host_view());
@@ -362,8 +370,13 @@ private:
         // codec the deltas are encoded and the weight is summed apart, exactly.
         if constexpr (!on_device && byte_communicator<Comm>) {
             if (encoded_) {
-                codec::encoded_all_reduce(codec_, comm_, buf, n_, codec_scratch_, feedback() ? residual_.data() : nullptr,
-                                          static_cast<float>(options_.error_feedback));
+                float* residual = feedback() ? residual_.data() : nullptr;
+                const auto beta = static_cast<float>(options_.error_feedback);
+                if constexpr (sparsified)
+                    codec::sparse_all_reduce(codec_, comm_, buf, n_, codec_scratch_, residual, beta, options_.seed,
+                                             attempts_ - 1);
+                else
+                    codec::encoded_all_reduce(codec_, comm_, buf, n_, codec_scratch_, residual, beta);
                 comm_.all_reduce_sum(buf + n_, 1);
             }
         }
@@ -385,7 +398,7 @@ private:
     Topology topology_;
     wire_codec codec_;
     bool encoded_ = false; // a codec other than fp32: the deltas go through codec::encoded_all_reduce
-    codec::reduce_scratch codec_scratch_;
+    codec_scratch codec_scratch_;
     std::vector<float> residual_; // error feedback: this worker's compression error of the last outer step
     flat_params<T, Space> flat_;
     std::size_t n_ = 0;

@@ -9,6 +9,7 @@
 #include <trickle/codec/any.hpp>
 #include <trickle/codec/element.hpp>
 #include <trickle/codec/reduce.hpp>
+#include <trickle/codec/sparse.hpp>
 #include <trickle/comm/communicator.hpp>
 #include <trickle/config.hpp>
 #include <trickle/core/config_record.hpp>
@@ -37,7 +38,9 @@ W wire_codec_of(const Codec& c) {
 // topology, with no encoding at all).
 template <class W>
 bool plain_codec(const W& c) {
-    if constexpr (std::is_same_v<W, codec::fp32>)
+    if constexpr (codec::sparsifier_policy<W>)
+        return false; // a sparsifier drops values whatever its value codec
+    else if constexpr (std::is_same_v<W, codec::fp32>)
         return true;
     else if constexpr (std::is_same_v<W, codec::any>)
         return std::holds_alternative<codec::fp32>(c.held);
