@@ -285,3 +285,52 @@ TEST_CASE("diloco through a sparsifier (chunk top-k with 2-bit values, error fee
     });
     for (const auto& e : errors) CHECK(e.find("k must be") != std::string::npos);
 }
+
+TEST_CASE("stochastic rounding: identical replicas, other bits than rounding to nearest, refused where impossible") {
+    const int N = 3, H = 3;
+    std::vector<model<float>> m, near;
+    for (int r = 0; r < N; ++r) {
+        m.emplace_back(r);
+        near.emplace_back(r);
+    }
+    comm::run_local(N, [&](comm::local& c) {
+        const int r = c.rank();
+        using D = diloco<outer::nesterov, topology::all_reduce, codec::int4_block>;
+        D s(m[r].group, c, {.interval = H, .seed = 5, .stochastic_rounding = true});
+        D n(near[r].group, c, {.interval = H, .seed = 5});
+        for (int t = 0; t < 2 * H; ++t) {
+            m[r].train(r, t);
+            near[r].train(r, t);
+            s.step(exec::host{});
+            n.step(exec::host{});
+        }
+    });
+    for (int r = 0; r < N; ++r) CHECK(same_bits(m[r], m[0]));
+    CHECK_FALSE(same_bits(m[0], near[0]));
+    const auto errors = run_collect_errors(N, [&](comm::local& c) {
+        model<float> x(c.rank());
+        sparta<sampler::uniform, schedule::constant, topology::all_reduce, codec::bf16>(
+            x.group, c, {.fraction = 0.1, .stochastic_rounding = true});
+    });
+    for (const auto& e : errors) CHECK(e.find("stochastic_rounding needs a codec that rounds stochastically") != std::string::npos);
+}
+
+TEST_CASE("diloco through random-k (shared positions, no indices sent): identical replicas") {
+    const int N = 3, H = 3;
+    using rk = codec::random_k<codec::int8_block>;
+    std::vector<model<float>> m;
+    for (int r = 0; r < N; ++r) m.emplace_back(r);
+    std::vector<exchange_stats> st(N);
+    comm::run_local(N, [&](comm::local& c) {
+        const int r = c.rank();
+        diloco<outer::nesterov, topology::all_reduce, rk> d(m[r].group, c, {.interval = H, .seed = 9, .error_feedback = 0.5},
+                                                            {}, {}, rk{.fraction = 0.1});
+        for (int t = 0; t < 2 * H; ++t) {
+            m[r].train(r, t);
+            d.step(exec::host{});
+        }
+        st[r] = d.stats();
+    });
+    for (int r = 0; r < N; ++r) CHECK(same_bits(m[r], m[0]));
+    CHECK(st[0].exchanges == 2);
+}

@@ -61,6 +61,7 @@ struct diloco_options {
     bool broadcast_initial = true;    // at construction, give every worker rank 0's parameters (set false when
                                       // resuming from a checkpoint with parameters the trainer restored)
     bool state_in_pinned_host = false; // cuda_space only: keep snapshot and optimizer state in pinned host memory
+    bool stochastic_rounding = false;  // a lossy codec rounds with the shared Philox stream instead of to nearest
     CUmemPoolHandle_st* device_pool = nullptr; // cuda_space: a cudaMemPool_t for trickle's buffers (default pool if null)
 };
 
@@ -259,7 +260,7 @@ private:
             if (o.state_in_pinned_host) rec.set_error("diloco: state_in_pinned_host applies to cuda_space parameters only");
         outer_.describe(rec);
         detail::describe_topology(topology_, rec, comm_.size());
-        detail::describe_codec<Comm, Space>(codec_, topology_, rec, kind);
+        detail::describe_codec<Comm, Space>(codec_, topology_, rec, kind, options_.stochastic_rounding);
         if (!(o.error_feedback >= 0.0 && o.error_feedback <= 1.0))
             rec.set_error(detail::concat("diloco: error_feedback must be in [0, 1], got ", o.error_feedback));
         else if (o.error_feedback > 0.0 && detail::plain_codec(codec_))
@@ -376,7 +377,9 @@ private:
                     codec::sparse_all_reduce(codec_, comm_, buf, n_, codec_scratch_, residual, beta, options_.seed,
                                              attempts_ - 1);
                 else
-                    codec::encoded_all_reduce(codec_, comm_, buf, n_, codec_scratch_, residual, beta);
+                    codec::encoded_all_reduce(
+                        codec_, comm_, buf, n_, codec_scratch_, residual, beta,
+                        codec::rounding{options_.stochastic_rounding, options_.seed, attempts_ - 1});
                 comm_.all_reduce_sum(buf + n_, 1);
             }
         }

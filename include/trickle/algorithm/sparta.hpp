@@ -51,6 +51,7 @@ struct sparta_options {
     bool broadcast_initial = true; // at construction, give every worker rank 0's parameters (set false when
                                    // resuming with parameters the trainer restored, or when the replicas
                                    // already start identical and the bytes matter)
+    bool stochastic_rounding = false; // a lossy codec rounds with the shared Philox stream instead of to nearest
     CUmemPoolHandle_st* device_pool = nullptr; // cuda_space: a cudaMemPool_t for trickle's buffers (default pool if null)
 };
 
@@ -271,7 +272,7 @@ private:
         sampler_.describe(rec);
         schedule_.describe(rec);
         detail::describe_topology(topology_, rec, comm_.size());
-        detail::describe_codec<Comm, Space>(codec_, topology_, rec, kind);
+        detail::describe_codec<Comm, Space>(codec_, topology_, rec, kind, options_.stochastic_rounding);
         return rec;
     }
 
@@ -345,7 +346,10 @@ private:
         for_each_index(ex, gather.calls(), gather);
         int group = 0;
         if constexpr (!on_device && byte_communicator<Comm>) {
-            if (encoded_) group = codec::encoded_all_reduce(codec_, comm_, buf, count, codec_scratch_);
+            if (encoded_)
+                group = codec::encoded_all_reduce(
+                    codec_, comm_, buf, count, codec_scratch_, nullptr, 0.0f,
+                    codec::rounding{options_.stochastic_rounding, options_.seed, stats_.exchanges});
         }
         if (!encoded_)
             group = detail::topology_reduce(topology_, ex, comm_, buf, count, ws_, reduce_context{options_.seed, stats_.exchanges});

@@ -7,6 +7,7 @@
 #include <trickle/config.hpp>
 #include <trickle/core/config_record.hpp>
 #include <trickle/core/dtype.hpp>
+#include <trickle/error.hpp>
 
 #include <cstddef>
 #include <type_traits>
@@ -50,6 +51,26 @@ struct any {
     }
     void decode(const std::byte* in, std::size_t n, float* out) const {
         std::visit([&](const auto& c) { c.decode(in, n, out); }, held);
+    }
+    // Stochastic rounding, where the held codec offers it (int8_block, int4_block, sign2_block).
+    bool supports_stochastic() const {
+        return std::visit(
+            [](const auto& c) {
+                return requires(const float* i, std::size_t k, std::byte* o, const philox_words& w) { c.encode(i, k, o, w); };
+            },
+            held);
+    }
+    template <word_source Words>
+    void encode(const float* in, std::size_t n, std::byte* out, const Words& words) const {
+        std::visit(
+            [&](const auto& c) {
+                if constexpr (requires { c.encode(in, n, out, words); })
+                    c.encode(in, n, out, words);
+                else
+                    throw invalid_argument(trickle::detail::concat("codec::", std::remove_cvref_t<decltype(c)>::name,
+                                                                   ": this codec has no stochastic rounding"));
+            },
+            held);
     }
     void encode_block(const float* in, std::size_t m, std::byte* out) const {
         std::visit([&](const auto& c) { c.encode_block(in, m, out); }, held);

@@ -16,6 +16,8 @@
 // comm::local's all_reduce_sum. The sum is encoded a second time in step 3, so a lossy
 // codec rounds twice: once each worker's values, once their sum.
 //
+// Stochastic rounding (optional, codecs that offer it): see `rounding` below.
+//
 // Error feedback (optional): with a residual array r and a decay beta, the values sent are
 // e = x + beta r (x: the buffer on entry), and afterwards r = e - decode(encode(e)), this
 // worker's own compression error, which the next call sends again. The error of step 3
@@ -26,6 +28,7 @@
 #include <trickle/comm/communicator.hpp>
 #include <trickle/config.hpp>
 #include <trickle/error.hpp>
+#include <trickle/sampler/sampler.hpp>
 
 #include <algorithm>
 #include <cstddef>
@@ -35,6 +38,53 @@
 TRICKLE_NAMESPACE_BEGIN
 
 namespace codec {
+
+// How an encoded all-reduce rounds: to nearest (the default), or stochastically with the
+// shared Philox stream (codecs that offer it: int8_block, int4_block, sign2_block). Each
+// worker rounds its own values with words of its own stream (so the workers' rounding
+// errors are independent and average out), keyed by (seed, exchange, rank); the owner of a
+// chunk rounds the sum with the stream of rank 0xffff.
+struct rounding {
+    bool stochastic = false;
+    std::uint64_t seed = 0;
+    std::uint64_t exchange = 0;
+};
+
+// Whether codec C can round stochastically.
+template <class C>
+bool rounds_stochastically(const C& c) {
+    if constexpr (requires { c.supports_stochastic(); })
+        return c.supports_stochastic();
+    else
+        return requires(const float* in, std::size_t n, std::byte* out, const philox_words& w) { c.encode(in, n, out, w); };
+}
+
+namespace detail {
+
+// Words [first, first + n) of a stream, seen from 0.
+struct offset_words {
+    philox_words words;
+    std::size_t first = 0;
+    TRICKLE_HOST_DEVICE std::uint32_t operator()(std::size_t i) const { return words(first + i); }
+};
+
+template <class C>
+void encode_rounded(const C& c, const float* in, std::size_t n, std::byte* out, const rounding& how, int rank,
+                    std::size_t first) {
+    if (!how.stochastic) {
+        c.encode(in, n, out);
+        return;
+    }
+    const std::uint64_t index = (how.exchange << 16) | (static_cast<std::uint64_t>(rank) & 0xffffu);
+    const offset_words w{philox_words{how.seed, trickle::detail::stream_id(trickle::detail::stream_tag::codec, index)},
+                         first};
+    if constexpr (requires { c.encode(in, n, out, w); })
+        c.encode(in, n, out, w);
+    else
+        throw invalid_argument(trickle::detail::concat("codec::", C::name, ": this codec has no stochastic rounding"));
+}
+
+} // namespace detail
 
 // Host memory an encoded all-reduce of up to `values` values uses, sized once (an
 // algorithm reserves it at construction, so no step allocates).
@@ -92,7 +142,7 @@ struct reduce_scratch {
 // number of workers summed.
 template <codec_policy Codec, byte_communicator Comm>
 int encoded_all_reduce(const Codec& c, Comm& comm, float* buf, std::size_t n, reduce_scratch& s,
-                       float* residual = nullptr, float beta = 0.0f) {
+                       float* residual = nullptr, float beta = 0.0f, const rounding& how = {}) {
     static_assert(std::is_same_v<typename Comm::memory_space, host_space>,
                   "codec::encoded_all_reduce runs on host memory (device codecs are not part of this version)");
     const int N = comm.size(), me = comm.rank();
@@ -108,7 +158,7 @@ int encoded_all_reduce(const Codec& c, Comm& comm, float* buf, std::size_t n, re
     for (int r = 0; r < N; ++r) {
         reduce_scratch::chunk(c, n, N, r, first, count);
         std::byte* slot = s.send.data() + static_cast<std::size_t>(r) * E;
-        c.encode(buf + first, count, slot);
+        detail::encode_rounded(c, buf + first, count, slot, how, me, first);
         std::fill(slot + c.wire_bytes(count), slot + E, std::byte{0});
         if (residual != nullptr) {
             c.decode(slot, count, residual + first);
@@ -128,7 +178,7 @@ int encoded_all_reduce(const Codec& c, Comm& comm, float* buf, std::size_t n, re
 
     // 3. The encoded sums to everyone; every worker decodes the same bytes.
     std::byte* mine = s.send.data();
-    c.encode(s.sum.data(), count, mine);
+    detail::encode_rounded(c, s.sum.data(), count, mine, how, 0xffff, first);
     std::fill(mine + c.wire_bytes(count), mine + E, std::byte{0});
     comm.all_gather(mine, s.recv.data(), E);
     for (int q = 0; q < N; ++q) {

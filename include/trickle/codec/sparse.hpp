@@ -74,9 +74,8 @@ TRICKLE_NAMESPACE_BEGIN
 
 namespace codec {
 
-// The Philox / Feistel stream purpose of random_k's positions (trickle::detail::stream_tag
-// has no entry for it yet; this value is outside the ones it lists).
-inline constexpr trickle::detail::stream_tag random_k_stream_tag = static_cast<trickle::detail::stream_tag>(16);
+// The Philox / Feistel stream purpose of random_k's positions.
+inline constexpr trickle::detail::stream_tag random_k_stream_tag = trickle::detail::stream_tag::random_k;
 
 // Host memory a sparse all-reduce of up to `values` values uses, sized once by
 // reserve(sparsifier, values, ranks) (an algorithm reserves it at construction, so no step

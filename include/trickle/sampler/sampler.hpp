@@ -80,6 +80,8 @@ enum class stream_tag : std::uint64_t {
     layerwise = 4,
     drop = 5,
     topology = 6, // the groups of gossip and islands (topology/groups.hpp)
+    codec = 7,    // stochastic rounding of the codecs (codec::philox_words), per exchange
+    random_k = 16, // codec::random_k's positions, per outer round
     user = 64,
 };
 

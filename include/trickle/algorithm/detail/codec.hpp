@@ -61,8 +61,16 @@ bool is_all_reduce(const Top& t) {
 // Adds the codec's fields to an algorithm's record, and an error when the encoded path
 // cannot run with this communicator, memory space or topology.
 template <class Comm, class Space, class W, class Top>
-void describe_codec(const W& c, const Top& top, config_record& rec, const char* kind) {
+void describe_codec(const W& c, const Top& top, config_record& rec, const char* kind, bool stochastic) {
     c.describe(rec);
+    rec.add("stochastic_rounding", stochastic);
+    if (stochastic) {
+        bool can = false;
+        if constexpr (!codec::sparsifier_policy<W>) can = !plain_codec(c) && codec::rounds_stochastically(c);
+        if (!can)
+            rec.set_error(concat(kind, ": stochastic_rounding needs a codec that rounds stochastically (int8_block, "
+                                       "int4_block or sign2_block)"));
+    }
     if (plain_codec(c)) return;
     const char* name = W::name;
     if constexpr (std::is_same_v<W, codec::any>) name = c.held_name();
