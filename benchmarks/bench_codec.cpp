@@ -13,7 +13,9 @@
 #include "bench_flags.hpp"
 #include "common.hpp"
 
+#include <trickle/algorithm/diloco.hpp>
 #include <trickle/codec/codecs.hpp>
+#include <trickle/comm/local.hpp>
 
 #include <benchmark/benchmark.h>
 
@@ -164,7 +166,47 @@ void register_codec(const std::string& label, C c, bool stochastic) {
     }
 }
 
+// ---------------------------------------------------------------- a whole DiLoCo outer step
+
+// One DiLoCo outer step (interval 1, one worker) over n values through codec C: the delta
+// pass, the encoded all-reduce (encode, the all-to-all and all-gather copies, decode, the
+// rank-order sum, encode and decode of the sum) and the update pass. Against the fp32 case
+// (the delta and update passes with a one-rank all-reduce between them), the ratio is what
+// the codec adds to an outer step, unfused.
+template <class C>
+void bm_outer_step(benchmark::State& state, C c) {
+    const std::size_t n = codec_values();
+    bench_array<float> params(n);
+    std::memcpy(params.data(), input().data(), n * sizeof(float));
+    trickle::comm::local_world world(1);
+    auto comm = world.rank(0);
+    trickle::param_group<float> group{{"w", params.data(), n}};
+    trickle::diloco<trickle::outer::nesterov, trickle::topology::all_reduce, C> d(group, comm, {.interval = 1}, {}, {},
+                                                                                  c);
+    for (auto _ : state) {
+        for (std::size_t i = 0; i < n; i += 4096) params.data()[i] += 1e-3f; // an inner step's change
+        d.step(trickle::exec::host{});
+        benchmark::ClobberMemory();
+    }
+    const double it = static_cast<double>(state.iterations());
+    const double values = static_cast<double>(n) * sizeof(float);
+    tb::report(state, {values * it, values * it}, b_copy);
+    state.counters["vs_memcpy"] = benchmark::Counter(memcpy_seconds * it, benchmark::Counter::kIsRate);
+}
+
+template <class C>
+void register_outer_step(const std::string& label, C c) {
+    const std::string name = "diloco_outer_step/" + label + "/16M";
+    benchmark::RegisterBenchmark(name.c_str(), bm_outer_step<C>, c)->Unit(benchmark::kMillisecond);
+}
+
 void register_all() {
+    register_outer_step("fp32", codec::fp32{});
+    register_outer_step("bf16", codec::bf16{});
+    register_outer_step("fp8_e4m3", codec::fp8_e4m3{});
+    register_outer_step("int8_b64", codec::int8_block{.block_size = 64});
+    register_outer_step("int4_b64", codec::int4_block{.block_size = 64});
+    register_outer_step("sign2_b64", codec::sign2_block{.block_size = 64});
     benchmark::RegisterBenchmark("copy/loop/64MB", bm_copy, false, codec_values())->Unit(benchmark::kMillisecond);
     benchmark::RegisterBenchmark("copy/memcpy/64MB", bm_copy, true, codec_values())->Unit(benchmark::kMillisecond);
     register_codec("fp32", codec::fp32{}, false);
