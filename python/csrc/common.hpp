@@ -125,6 +125,23 @@ inline trickle::topology::any make_topology(const py::dict& d) {
                                     "' (valid: all_reduce, ring, gossip, exponential, islands)");
 }
 
+// A codec by name (codec_block: values per scale of int8, int4, sign2).
+inline trickle::codec::any make_codec(const py::dict& d, const char* key) {
+    namespace c = trickle::codec;
+    const auto name = get<std::string>(d, key);
+    const auto block = get<std::size_t>(d, "codec_block");
+    if (name == "fp32") return c::fp32{};
+    if (name == "bf16") return c::bf16{};
+    if (name == "fp16") return c::fp16{};
+    if (name == "fp8_e4m3") return c::fp8_e4m3{};
+    if (name == "fp8_e5m2") return c::fp8_e5m2{};
+    if (name == "int8") return c::int8_block{.block_size = block};
+    if (name == "int4") return c::int4_block{.block_size = block};
+    if (name == "sign2") return c::sign2_block{.block_size = block};
+    throw trickle::invalid_argument(std::string("trickle: unknown ") + key + " '" + name +
+                                    "' (valid: fp32, bf16, fp16, fp8_e4m3, fp8_e5m2, int8, int4, sign2)");
+}
+
 struct outer_config {
     std::string name = "nesterov";
     py::object lr, momentum; // None: the optimizer's default
@@ -203,6 +220,7 @@ inline trickle::sparta_options sparta_opts(const py::dict& d, const char* interv
     o.interval = get<std::uint64_t>(d, interval_key);
     o.seed = get<std::uint64_t>(d, "seed");
     o.broadcast_initial = get<bool>(d, "broadcast_initial");
+    o.stochastic_rounding = get<bool>(d, "stochastic_rounding");
     return o;
 }
 
@@ -213,7 +231,9 @@ inline trickle::diloco_options diloco_opts(const py::dict& d) {
     o.weight = get<float>(d, "weight");
     o.drop_probability = get<double>(d, "drop_probability");
     o.prune_fraction = get<double>(d, "prune_fraction");
+    o.error_feedback = get<double>(d, "error_feedback");
     o.broadcast_initial = get<bool>(d, "broadcast_initial");
+    o.stochastic_rounding = get<bool>(d, "stochastic_rounding");
     return o;
 }
 

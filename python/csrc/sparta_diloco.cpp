@@ -11,14 +11,16 @@ std::unique_ptr<bound_algorithm> make_sparta_diloco(process_group_ptr pg, const 
     const trickle::diloco_options outer_options = diloco_opts(opts);
     const trickle::schedule::any schedule = make_schedule(opts);
     const trickle::topology::any topology = make_topology(opts);
+    const trickle::codec::any codec = make_codec(opts, "codec");
+    const trickle::codec::any outer_codec = make_codec(opts, "outer_codec");
     auto out = std::make_unique<bound_algorithm>("SPARTADiLoCo", std::move(pg));
     py::gil_scoped_release release;
     out->set(with_sampler(sampler, [&](auto s) -> std::unique_ptr<algorithm_base> {
         return with_outer(outer, [&](auto o) -> std::unique_ptr<algorithm_base> {
             using wrapper = trickle::torch::sparta_diloco<decltype(s), trickle::schedule::any, trickle::topology::any,
-                                                          decltype(o)>;
+                                                          decltype(o), trickle::codec::any, trickle::codec::any>;
             return std::make_unique<algorithm_impl<wrapper>>(params, out->comm(), sparse, outer_options, s, schedule,
-                                                             topology, o);
+                                                             topology, o, codec, outer_codec);
         });
     }));
     return out;

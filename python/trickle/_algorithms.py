@@ -28,6 +28,7 @@ SAMPLERS = ("uniform", "permutation", "block", "layerwise")
 LAYERWISE_MODES = ("per_tensor", "rotating")
 SCHEDULES = ("constant", "linear", "cosine", "piecewise")
 TOPOLOGIES = ("all_reduce", "ring", "gossip", "exponential", "islands")
+CODECS = ("fp32", "bf16", "fp16", "fp8_e4m3", "fp8_e5m2", "int8", "int4", "sign2")
 OUTER_OPTIMIZERS = ("sgd", "momentum", "nesterov", "adam", "average")
 
 # The "format" entry of state_dict(); load_state_dict() refuses any other.
@@ -41,6 +42,8 @@ _COMMON = {
     "topology": "all_reduce",
     "island_size": 2,
     "broadcast_initial": True,
+    "codec_block": 64,
+    "stochastic_rounding": False,
     "group": None,
 }
 
@@ -56,6 +59,7 @@ _SPARTA = {
     "points": None,
     "warmup_steps": 0,
     "warmup_start_fraction": 0.05,
+    "codec": "fp32",
 }
 
 _DILOCO = {
@@ -68,6 +72,8 @@ _DILOCO = {
     "weight": 1.0,
     "drop_probability": 0.0,
     "prune_fraction": 0.0,
+    "outer_codec": "fp32",
+    "error_feedback": 0.0,
 }
 
 _DEFAULTS = {
@@ -130,7 +136,12 @@ def _parse_options(kind: str, given: Dict[str, Any]) -> Dict[str, Any]:
     out["topology"] = _choice(kind, "topology", o["topology"], TOPOLOGIES)
     out["island_size"] = _int(kind, "island_size", o["island_size"], lo=-(1 << 31), hi=(1 << 31) - 1)
     out["broadcast_initial"] = _bool(kind, "broadcast_initial", o["broadcast_initial"])
+    out["codec_block"] = _int(kind, "codec_block", o["codec_block"])
+    out["stochastic_rounding"] = _bool(kind, "stochastic_rounding", o["stochastic_rounding"])
+    out["codec"] = "fp32"
+    out["outer_codec"] = "fp32"
     if kind in ("SPARTA", "SPARTADiLoCo"):
+        out["codec"] = _choice(kind, "codec", o["codec"], CODECS)
         out["fraction"] = _real(kind, "fraction", o["fraction"])
         out["sampler"] = _choice(kind, "sampler", o["sampler"], SAMPLERS)
         out["block_size"] = _int(kind, "block_size", o["block_size"])
@@ -162,6 +173,8 @@ def _parse_options(kind: str, given: Dict[str, Any]) -> Dict[str, Any]:
         else:
             out["sparta_interval"] = _int(kind, "sparta_interval", o["sparta_interval"])
     if kind in ("DiLoCo", "SPARTADiLoCo"):
+        out["outer_codec"] = _choice(kind, "outer_codec", o["outer_codec"], CODECS)
+        out["error_feedback"] = _real(kind, "error_feedback", o["error_feedback"])
         out["interval"] = _int(kind, "interval", o["interval"])
         outer = _choice(kind, "outer", o["outer"], OUTER_OPTIMIZERS)
         out["outer"] = outer

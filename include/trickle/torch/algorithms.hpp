@@ -6,6 +6,7 @@
 //
 //   trickle::comm::process_group comm(pg);                 // or comm::mpi, comm::local, ...
 //   trickle::torch::sparta<trickle::sampler::permutation> sparta(*model, comm, {.fraction = 0.005, .seed = 42});
+//   (a codec is the last policy, as for trickle::sparta: codec::native sends each group in its own dtype)
 //   ...
 //   optimizer.step();
 //   sparta.step();
@@ -223,54 +224,56 @@ model_params collect(const M& m) {
 
 // SPARTA over every parameter group of a model. `model` is a torch::nn::Module, a
 // TORCH_MODULE holder, a std::vector<at::Tensor>, named tensors, or model_params.
-template <class Sampler = sampler::uniform, class Schedule = schedule::constant, class Topology = topology::all_reduce>
-class sparta : public detail::model_algorithm<trickle::sparta<Sampler, Schedule, Topology>> {
-    using base = detail::model_algorithm<trickle::sparta<Sampler, Schedule, Topology>>;
-
+template <class Sampler = sampler::uniform, class Schedule = schedule::constant, class Topology = topology::all_reduce,
+          class Codec = codec::fp32>
+class sparta : public detail::model_algorithm<trickle::sparta<Sampler, Schedule, Topology, Codec>> {
 public:
     sparta() = default;
 
     template <class Model, class Comm>
     sparta(const Model& model, Comm& comm, sparta_options options = {}, Sampler sampler = {}, Schedule schedule = {},
-           Topology topology = {}) {
+           Topology topology = {}, Codec codec = {}) {
         this->build(
             "sparta", comm, [&] { return detail::collect(model); },
             [&](const auto& group, Comm& c, std::size_t g) {
                 sparta_options o = options;
                 o.seed = group_seed(options.seed, g);
-                return trickle::sparta<Sampler, Schedule, Topology>(group, c, o, sampler, schedule, topology);
+                return trickle::sparta<Sampler, Schedule, Topology, Codec>(group, c, o, sampler, schedule, topology, codec);
             });
     }
 };
 
 // DiLoCo over every parameter group of a model.
-template <class Outer = outer::nesterov, class Topology = topology::all_reduce>
-class diloco : public detail::model_algorithm<trickle::diloco<Outer, Topology>> {
+template <class Outer = outer::nesterov, class Topology = topology::all_reduce, class Codec = codec::fp32>
+class diloco : public detail::model_algorithm<trickle::diloco<Outer, Topology, Codec>> {
 public:
     diloco() = default;
 
     template <class Model, class Comm>
-    diloco(const Model& model, Comm& comm, diloco_options options = {}, Outer outer = {}, Topology topology = {}) {
+    diloco(const Model& model, Comm& comm, diloco_options options = {}, Outer outer = {}, Topology topology = {},
+           Codec codec = {}) {
         this->build(
             "diloco", comm, [&] { return detail::collect(model); },
             [&](const auto& group, Comm& c, std::size_t g) {
                 diloco_options o = options;
                 o.seed = group_seed(options.seed, g);
-                return trickle::diloco<Outer, Topology>(group, c, o, outer, topology);
+                return trickle::diloco<Outer, Topology, Codec>(group, c, o, outer, topology, codec);
             });
     }
 };
 
 // SPARTA inside DiLoCo's rounds, over every parameter group of a model.
 template <class Sampler = sampler::uniform, class Schedule = schedule::constant, class Topology = topology::all_reduce,
-          class Outer = outer::nesterov>
-class sparta_diloco : public detail::model_algorithm<trickle::sparta_diloco<Sampler, Schedule, Topology, Outer>> {
+          class Outer = outer::nesterov, class Codec = codec::fp32, class OuterCodec = codec::fp32>
+class sparta_diloco
+    : public detail::model_algorithm<trickle::sparta_diloco<Sampler, Schedule, Topology, Outer, Codec, OuterCodec>> {
 public:
     sparta_diloco() = default;
 
     template <class Model, class Comm>
     sparta_diloco(const Model& model, Comm& comm, sparta_options sparse = {}, diloco_options outer_opts = {},
-                  Sampler sampler = {}, Schedule schedule = {}, Topology topology = {}, Outer outer = {}) {
+                  Sampler sampler = {}, Schedule schedule = {}, Topology topology = {}, Outer outer = {},
+                  Codec codec = {}, OuterCodec outer_codec = {}) {
         this->build(
             "sparta_diloco", comm, [&] { return detail::collect(model); },
             [&](const auto& group, Comm& c, std::size_t g) {
@@ -278,8 +281,8 @@ public:
                 diloco_options o = outer_opts;
                 s.seed = group_seed(sparse.seed, g);
                 o.seed = group_seed(outer_opts.seed, g);
-                return trickle::sparta_diloco<Sampler, Schedule, Topology, Outer>(group, c, s, o, sampler, schedule,
-                                                                                  topology, outer);
+                return trickle::sparta_diloco<Sampler, Schedule, Topology, Outer, Codec, OuterCodec>(
+                    group, c, s, o, sampler, schedule, topology, outer, codec, outer_codec);
             });
     }
 
