@@ -334,3 +334,34 @@ TEST_CASE("diloco through random-k (shared positions, no indices sent): identica
     for (int r = 0; r < N; ++r) CHECK(same_bits(m[r], m[0]));
     CHECK(st[0].exchanges == 2);
 }
+
+TEST_CASE_TEMPLATE("diloco's fused codec passes give the bits of the unfused ones", C, codec::int8_block, codec::bf16,
+                   codec::sign2_block) {
+    // A prune fraction too small to prune anything takes the unfused path (pruning needs the
+    // whole outer gradient), with the same values: the parameters must end bit-identical.
+    const int N = 3, H = 3;
+    std::vector<model<float>> fused, unfused;
+    for (int r = 0; r < N; ++r) {
+        fused.emplace_back(r);
+        unfused.emplace_back(r);
+    }
+    std::vector<exchange_stats> sf(N), su(N);
+    comm::run_local(N, [&](comm::local& c) {
+        const int r = c.rank();
+        using D = diloco<outer::nesterov, topology::all_reduce, C>;
+        D f(fused[r].group, c, {.interval = H, .seed = 2, .error_feedback = 0.5});
+        D u(unfused[r].group, c, {.interval = H, .seed = 2, .prune_fraction = 1e-12, .error_feedback = 0.5});
+        for (int t = 0; t < 3 * H; ++t) {
+            fused[r].train(r, t);
+            unfused[r].train(r, t);
+            f.step(exec::host{});
+            u.step(exec::host{});
+        }
+        sf[r] = f.stats();
+        su[r] = u.stats();
+    });
+    for (int r = 0; r < N; ++r) {
+        CHECK(same_bits(fused[r], unfused[r]));
+        CHECK(sf[r].total == su[r].total);
+    }
+}

@@ -364,6 +364,16 @@ private:
         if (!begin_outer_step(w)) return;
         float* buf = ws_.get(0, n_ + 1);
         const traffic_counters before = comm_.traffic();
+        if constexpr (!on_device && byte_communicator<Comm> && !sparsified) {
+            // Through a codec, without pruning (which needs the whole outer gradient at
+            // once): the delta pass and the encoding, and the decoding and the outer
+            // update, run tile by tile, and the fp32 outer gradient is never stored.
+            if (encoded_ && options_.prune_fraction == 0.0) {
+                fused_outer_step(w, buf + n_);
+                count_outer_step(before);
+                return;
+            }
+        }
         detail::run_ranges(ex, n_, outer_delta_body<T>{flat_.view(), snapshot_, dense_wire<float>{buf}, w, buf + n_, 0});
         if (options_.prune_fraction > 0.0) detail::prune_host(buf, flat_.host_layout(), options_.prune_fraction, prune_keys_);
         // The weight travels as the last element, so the sum of weights arrives with the
@@ -394,6 +404,34 @@ private:
     }
 
     bool feedback() const { return options_.error_feedback > 0.0 && !detail::plain_codec(codec_); }
+
+    // One outer step through the codec with the passes fused into the encoding and the
+    // decoding (codec::encoded_all_reduce_tiled); the same bits and bytes as the unfused
+    // path. The weights' sum goes first, so that the update can divide by it.
+    void fused_outer_step(float w, float* weight_sum) {
+        if constexpr (!on_device && byte_communicator<Comm> && !sparsified) {
+            *weight_sum = w;
+            comm_.all_reduce_sum(weight_sum, 1);
+            const auto rule = outer_.prepare(++outer_t_);
+            using rule_type = std::remove_cvref_t<decltype(rule)>;
+            const auto view = flat_.view();
+            codec::encoded_all_reduce_tiled(
+                codec_, comm_, n_, codec_scratch_,
+                [&](std::size_t i0, std::size_t m, float* out) {
+                    outer_delta_body<T>{view, snapshot_, dense_wire<float>{out}, w, nullptr, i0}.run(0, m);
+                },
+                [&](std::size_t i0, std::size_t m, const float* in) {
+                    // The update only reads the wire.
+                    outer_update_body<T, rule_type>{view,  snapshot_,  state_, dense_wire<float>{const_cast<float*>(in)},
+                                                    rule,  1.0f,       weight_sum, i0}
+                        .run(0, m);
+                },
+                feedback() ? residual_.data() : nullptr, static_cast<float>(options_.error_feedback),
+                codec::rounding{options_.stochastic_rounding, options_.seed, attempts_ - 1});
+        } else {
+            (void)w, (void)weight_sum;
+        }
+    }
 
     Comm& comm_;
     diloco_options options_;

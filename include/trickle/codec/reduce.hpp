@@ -91,6 +91,15 @@ void encode_rounded(const C& c, const float* in, std::size_t n, std::byte* out, 
 struct reduce_scratch {
     std::vector<std::byte> send, recv;
     std::vector<float> sum, part;
+    std::vector<float> tile, tile2; // one tile of produced (or decoded) values, and its round trip
+
+    // Values of a tile: whole codec blocks, about tile_target values (a few KB, in cache).
+    static constexpr std::size_t tile_target = 2048;
+    template <codec_policy Codec>
+    static std::size_t tile_values(const Codec& c) {
+        const std::size_t B = c.block_values() == 0 ? 1 : c.block_values();
+        return B >= tile_target ? B : tile_target / B * B;
+    }
 
     template <codec_policy Codec>
     void reserve(const Codec& c, std::size_t values, int ranks) {
@@ -101,6 +110,8 @@ struct reduce_scratch {
         recv.resize(N * E);
         sum.resize(chunk);
         part.resize(chunk);
+        tile.resize(tile_values(c));
+        tile2.resize(tile_values(c));
     }
 
     // Values in rank r's chunk of n values: whole blocks, split as evenly as possible.
@@ -140,30 +151,50 @@ struct reduce_scratch {
 // through the codec (see above). Collective; needs a byte_communicator over host memory.
 // scratch must have been reserved for at least n values and comm.size() ranks. Returns the
 // number of workers summed.
-template <codec_policy Codec, byte_communicator Comm>
-int encoded_all_reduce(const Codec& c, Comm& comm, float* buf, std::size_t n, reduce_scratch& s,
-                       float* residual = nullptr, float beta = 0.0f, const rounding& how = {}) {
+// The same sum with the values produced and consumed tile by tile, so a caller can fuse
+// its own passes with the encoding and the decoding (DiLoCo computes its outer gradient
+// into a tile and encodes it, and takes each decoded tile straight into its outer update:
+// the fp32 buffer of n values is never written or read).
+//   produce(i0, m, float* out)        writes the m values [i0, i0 + m) to out
+//   consume(i0, m, const float* in)   takes the m summed values of [i0, i0 + m)
+// Tiles are whole codec blocks (about reduce_scratch::tile_target values), and every tile
+// lies inside one chunk. The bytes sent, and the bits consumed, are those of
+// encoded_all_reduce over a buffer holding the produced values.
+template <codec_policy Codec, byte_communicator Comm, class Produce, class Consume>
+int encoded_all_reduce_tiled(const Codec& c, Comm& comm, std::size_t n, reduce_scratch& s, Produce&& produce,
+                             Consume&& consume, float* residual = nullptr, float beta = 0.0f, const rounding& how = {}) {
     static_assert(std::is_same_v<typename Comm::memory_space, host_space>,
                   "codec::encoded_all_reduce runs on host memory (device codecs are not part of this version)");
     const int N = comm.size(), me = comm.rank();
     const std::size_t E = reduce_scratch::slot_bytes(c, n, N);
     const auto NS = static_cast<std::size_t>(N);
-    require(s.send.size() >= NS * E && s.sum.size() >= reduce_scratch::max_chunk_values(c, n, N),
+    const std::size_t B = c.block_values() == 0 ? 1 : c.block_values();
+    const std::size_t T = reduce_scratch::tile_values(c);
+    require(s.send.size() >= NS * E && s.sum.size() >= reduce_scratch::max_chunk_values(c, n, N) &&
+                s.tile.size() >= T && s.tile2.size() >= T,
             "codec::encoded_all_reduce: the scratch was reserved for fewer values than ", n);
     std::size_t first = 0, count = 0;
+    // Calls fn(t0, m, bytes offset in the chunk's slot) for each tile of chunk [first, first + count).
+    const auto tiles = [&](std::size_t f, std::size_t cnt, auto&& fn) {
+        for (std::size_t k = 0; k < cnt; k += T) fn(f + k, cnt - k < T ? cnt - k : T, c.block_offset(k / B));
+    };
 
     // 1. Every chunk encoded into its slot (with error feedback, e = x + beta r first).
-    if (residual != nullptr)
-        for (std::size_t i = 0; i < n; ++i) buf[i] += beta * residual[i];
     for (int r = 0; r < N; ++r) {
         reduce_scratch::chunk(c, n, N, r, first, count);
         std::byte* slot = s.send.data() + static_cast<std::size_t>(r) * E;
-        detail::encode_rounded(c, buf + first, count, slot, how, me, first);
+        tiles(first, count, [&](std::size_t t0, std::size_t m, std::size_t at) {
+            float* e = s.tile.data();
+            produce(t0, m, e);
+            if (residual != nullptr)
+                for (std::size_t i = 0; i < m; ++i) e[i] += beta * residual[t0 + i];
+            detail::encode_rounded(c, e, m, slot + at, how, me, t0);
+            if (residual != nullptr) {
+                c.decode(slot + at, m, s.tile2.data());
+                for (std::size_t i = 0; i < m; ++i) residual[t0 + i] = e[i] - s.tile2[i];
+            }
+        });
         std::fill(slot + c.wire_bytes(count), slot + E, std::byte{0});
-        if (residual != nullptr) {
-            c.decode(slot, count, residual + first);
-            for (std::size_t i = first; i < first + count; ++i) residual[i] = buf[i] - residual[i];
-        }
     }
     comm.all_to_all(s.send.data(), s.recv.data(), E);
 
@@ -183,9 +214,25 @@ int encoded_all_reduce(const Codec& c, Comm& comm, float* buf, std::size_t n, re
     comm.all_gather(mine, s.recv.data(), E);
     for (int q = 0; q < N; ++q) {
         reduce_scratch::chunk(c, n, N, q, first, count);
-        c.decode(s.recv.data() + static_cast<std::size_t>(q) * E, count, buf + first);
+        const std::byte* slot = s.recv.data() + static_cast<std::size_t>(q) * E;
+        tiles(first, count, [&](std::size_t t0, std::size_t m, std::size_t at) {
+            c.decode(slot + at, m, s.tile.data());
+            consume(t0, m, static_cast<const float*>(s.tile.data()));
+        });
     }
     return N;
+}
+
+// In place on host memory: buf[0, n) = the sum over workers of every worker's buf,
+// through the codec (see above). Collective; needs a byte_communicator over host memory.
+// scratch must have been reserved for at least n values and comm.size() ranks. Returns the
+// number of workers summed.
+template <codec_policy Codec, byte_communicator Comm>
+int encoded_all_reduce(const Codec& c, Comm& comm, float* buf, std::size_t n, reduce_scratch& s,
+                       float* residual = nullptr, float beta = 0.0f, const rounding& how = {}) {
+    return encoded_all_reduce_tiled(
+        c, comm, n, s, [&](std::size_t i0, std::size_t m, float* out) { std::copy(buf + i0, buf + i0 + m, out); },
+        [&](std::size_t i0, std::size_t m, const float* in) { std::copy(in, in + m, buf + i0); }, residual, beta, how);
 }
 
 } // namespace codec
