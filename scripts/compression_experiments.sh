@@ -36,6 +36,7 @@ if [ "${1:-}" != "--plot-only" ]; then
     point diloco-fp32         --strategy diloco --outer-interval 100
     point diloco-int8         --strategy diloco --outer-interval 100 --outer-codec int8
     point diloco-fp8          --strategy diloco --outer-interval 100 --outer-codec fp8-e4m3
+    point diloco-fp8block     --strategy diloco --outer-interval 100 --outer-codec fp8-block
     point diloco-int4         --strategy diloco --outer-interval 100 --outer-codec int4
     point diloco-sign2        --strategy diloco --outer-interval 100 --outer-codec sign2
     point diloco-sign2-ef     --strategy diloco --outer-interval 100 --outer-codec sign2 --error-feedback 1

@@ -31,7 +31,7 @@ enum class sampler_kind { uniform, permutation, block, layerwise };
 enum class schedule_kind { constant, linear, cosine };
 enum class topology_kind { all_reduce, ring, gossip, exponential, islands };
 enum class outer_kind { nesterov, sgd, momentum, adam, average };
-enum class codec_kind { fp32, bf16, fp16, fp8_e4m3, fp8_e5m2, int8, int4, sign2 };
+enum class codec_kind { fp32, bf16, fp16, fp8_e4m3, fp8_e5m2, fp8_block, int8, int4, sign2 };
 
 inline constexpr std::string_view strategy_names[] = {"ddp", "none", "sparta", "diloco", "sparta-diloco"};
 inline constexpr std::string_view shard_names[] = {"iid", "non-iid"};
@@ -39,7 +39,7 @@ inline constexpr std::string_view sampler_names[] = {"uniform", "permutation", "
 inline constexpr std::string_view schedule_names[] = {"constant", "linear", "cosine"};
 inline constexpr std::string_view topology_names[] = {"all-reduce", "ring", "gossip", "exponential", "islands"};
 inline constexpr std::string_view outer_names[] = {"nesterov", "sgd", "momentum", "adam", "average"};
-inline constexpr std::string_view codec_names[] = {"fp32", "bf16", "fp16", "fp8-e4m3", "fp8-e5m2", "int8", "int4", "sign2"};
+inline constexpr std::string_view codec_names[] = {"fp32", "bf16", "fp16", "fp8-e4m3", "fp8-e5m2", "fp8-block", "int8", "int4", "sign2"};
 
 template <class E, std::size_t N>
 std::string_view name_of(E e, const std::string_view (&names)[N]) {
@@ -199,10 +199,11 @@ Both
   --island-size G        workers per island of --topology islands, 1..--workers (default 2)
 
 Compression (needs --topology all-reduce)
-  --codec C              SPARTA's values on the wire: fp32|bf16|fp16|fp8-e4m3|fp8-e5m2|int8|int4|
-                         sign2 (default fp32, today's wire)
+  --codec C              SPARTA's values on the wire: fp32|bf16|fp16|fp8-e4m3|fp8-e5m2|fp8-block|
+                         int8|int4|sign2 (default fp32, today's wire; fp8-block: E4M3 with a scale
+                         per block)
   --outer-codec C        DiLoCo's outer gradient on the wire, the same names (default fp32)
-  --codec-block B        values per fp32 scale of int8, int4 and sign2, >= 1 (default 64)
+  --codec-block B        values per fp32 scale of fp8-block, int8, int4 and sign2, >= 1 (default 64)
   --outer-topk C:K       DiLoCo: send only the K largest of every C values of the outer gradient
                          (chunk top-k, indices packed in ceil(log2 C) bits; the values in
                          --outer-codec), 1 <= K <= C
@@ -501,10 +502,10 @@ inline sim_config parse_cli(std::span<const std::string> args) {
         throw usage_error("--topology " + std::string(name_of(c.topology)) +
                           ": needs at least 2 workers to average with a peer (--workers 1)");
     const auto blocked = [](codec_kind k) {
-        return k == codec_kind::int8 || k == codec_kind::int4 || k == codec_kind::sign2;
+        return k == codec_kind::int8 || k == codec_kind::int4 || k == codec_kind::sign2 || k == codec_kind::fp8_block;
     };
     if (codec_block_given && !(any_sparta && blocked(c.codec)) && !(any_diloco && blocked(c.outer_codec)))
-        throw usage_error("--codec-block: applies to the int8, int4 and sign2 codecs only");
+        throw usage_error("--codec-block: applies to the fp8-block, int8, int4 and sign2 codecs only");
     if ((c.codec != codec_kind::fp32 || c.outer_codec != codec_kind::fp32 || c.topk_k > 0) &&
         c.topology != topology_kind::all_reduce)
         throw usage_error("--codec / --outer-codec / --outer-topk: compressed values are summed through --topology "

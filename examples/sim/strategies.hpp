@@ -115,6 +115,7 @@ inline trickle::codec::any make_codec(codec_kind k, int block) {
     case codec_kind::fp16: return trickle::codec::fp16{};
     case codec_kind::fp8_e4m3: return trickle::codec::fp8_e4m3{};
     case codec_kind::fp8_e5m2: return trickle::codec::fp8_e5m2{};
+    case codec_kind::fp8_block: return trickle::codec::fp8_block{.block_size = B};
     case codec_kind::int8: return trickle::codec::int8_block{.block_size = B};
     case codec_kind::int4: return trickle::codec::int4_block{.block_size = B};
     case codec_kind::sign2: return trickle::codec::sign2_block{.block_size = B};

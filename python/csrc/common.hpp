@@ -135,11 +135,12 @@ inline trickle::codec::any make_codec(const py::dict& d, const char* key) {
     if (name == "fp16") return c::fp16{};
     if (name == "fp8_e4m3") return c::fp8_e4m3{};
     if (name == "fp8_e5m2") return c::fp8_e5m2{};
+    if (name == "fp8_block") return c::fp8_block{.block_size = block};
     if (name == "int8") return c::int8_block{.block_size = block};
     if (name == "int4") return c::int4_block{.block_size = block};
     if (name == "sign2") return c::sign2_block{.block_size = block};
     throw trickle::invalid_argument(std::string("trickle: unknown ") + key + " '" + name +
-                                    "' (valid: fp32, bf16, fp16, fp8_e4m3, fp8_e5m2, int8, int4, sign2)");
+                                    "' (valid: fp32, bf16, fp16, fp8_e4m3, fp8_e5m2, fp8_block, int8, int4, sign2)");
 }
 
 struct outer_config {

@@ -28,7 +28,7 @@ SAMPLERS = ("uniform", "permutation", "block", "layerwise")
 LAYERWISE_MODES = ("per_tensor", "rotating")
 SCHEDULES = ("constant", "linear", "cosine", "piecewise")
 TOPOLOGIES = ("all_reduce", "ring", "gossip", "exponential", "islands")
-CODECS = ("fp32", "bf16", "fp16", "fp8_e4m3", "fp8_e5m2", "int8", "int4", "sign2")
+CODECS = ("fp32", "bf16", "fp16", "fp8_e4m3", "fp8_e5m2", "fp8_block", "int8", "int4", "sign2")
 OUTER_OPTIMIZERS = ("sgd", "momentum", "nesterov", "adam", "average")
 
 # The "format" entry of state_dict(); load_state_dict() refuses any other.

@@ -8,6 +8,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <limits>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -72,7 +73,7 @@ TEST_CASE("encoded_all_reduce through fp32: comm::local's bits, 2(N-1) slots of 
 }
 
 TEST_CASE_TEMPLATE("encoded_all_reduce through a lossy codec: the same bits everywhere, error within the codec's bound",
-                   C, codec::bf16, codec::fp16, codec::fp8_e4m3, codec::int8_block, codec::int4_block,
+                   C, codec::bf16, codec::fp16, codec::fp8_e4m3, codec::fp8_block, codec::int8_block, codec::int4_block,
                    codec::sign2_block) {
     const int N = 4;
     const std::size_t n = 3000;
@@ -92,6 +93,7 @@ TEST_CASE_TEMPLATE("encoded_all_reduce through a lossy codec: the same bits ever
     const double bound = name == "bf16"       ? 0.05
                          : name == "fp16"     ? 0.01
                          : name == "fp8_e4m3" ? 0.6
+                         : name == "fp8_block" ? 0.6
                          : name == "int8"     ? 0.06
                          : name == "int4"     ? 0.9
                                               : 3.0; // sign2: half a step of 4 levels, twice
@@ -157,4 +159,35 @@ TEST_CASE("codec::native resolves to the parameters' type") {
     CHECK(std::is_same_v<codec::resolve_t<codec::native, half>, codec::fp16>);
     CHECK(std::is_same_v<codec::resolve_t<codec::native, bfloat16>, codec::bf16>);
     CHECK(std::is_same_v<codec::resolve_t<codec::int8_block, bfloat16>, codec::int8_block>);
+}
+
+TEST_CASE("fp8_block: small values survive, the error is within the scaled grid, bad block sizes are refused") {
+    const std::size_t n = 1000;
+    std::vector<float> x(n), y(n), z(n);
+    for (std::size_t i = 0; i < n; ++i) x[i] = 1e-4f * static_cast<float>(std::sin(0.37 * static_cast<double>(i)));
+    x[10] = std::numeric_limits<float>::quiet_NaN();
+    x[11] = std::numeric_limits<float>::infinity();
+    for (bool e5m2 : {false, true}) {
+        const codec::fp8_block c{.block_size = 64, .e5m2 = e5m2};
+        std::vector<std::byte> w(c.wire_bytes(n));
+        CHECK(w.size() == 15 * (4 + 64) + (4 + 40));
+        c.encode(x.data(), n, w.data());
+        c.decode(w.data(), n, y.data());
+        // The unscaled element codec flushes these values; the scaled one keeps them.
+        codec::fp8_e4m3{}.encode(x.data(), n, w.data());
+        codec::fp8_e4m3{}.decode(w.data(), n, z.data());
+        double worst = 0.0, flushed = 0.0;
+        for (std::size_t i = 0; i < n; ++i) {
+            if (i == 10 || i == 11) continue;
+            worst = std::max(worst, std::abs(double(x[i]) - y[i]) / 1e-4);
+            flushed = std::max(flushed, std::abs(double(x[i]) - z[i]) / 1e-4);
+        }
+        CHECK(std::isnan(y[10]));
+        CHECK(y[11] > 0.0f);
+        CHECK(worst < (e5m2 ? 0.13 : 0.07)); // half a step of 2 or 3 mantissa bits
+        CHECK(flushed > 0.5);
+    }
+    config_record rec;
+    codec::fp8_block{.block_size = 0}.describe(rec);
+    CHECK(rec.error() == "codec::fp8_block: block_size must be >= 1, got 0");
 }

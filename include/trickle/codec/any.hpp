@@ -4,6 +4,7 @@
 #include <trickle/codec/block.hpp>
 #include <trickle/codec/codec.hpp>
 #include <trickle/codec/element.hpp>
+#include <trickle/codec/fp8_block.hpp>
 #include <trickle/config.hpp>
 #include <trickle/core/config_record.hpp>
 #include <trickle/core/dtype.hpp>
@@ -22,7 +23,8 @@ namespace codec {
 // once per array or block, never per value; describe() writes exactly the held codec's
 // fields, so a worker using any{int8_block{}} agrees with one using int8_block{}.
 struct any {
-    using variant_type = std::variant<fp32, bf16, fp16, fp8_e4m3, fp8_e5m2, int8_block, int4_block, sign2_block>;
+    using variant_type =
+        std::variant<fp32, bf16, fp16, fp8_e4m3, fp8_e5m2, fp8_block, int8_block, int4_block, sign2_block>;
     static constexpr const char* name = "any";
     variant_type held = fp32{};
 

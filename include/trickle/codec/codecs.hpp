@@ -16,6 +16,7 @@
 #include <trickle/codec/codec.hpp>
 #include <trickle/codec/element.hpp>
 #include <trickle/codec/float8.hpp>
+#include <trickle/codec/fp8_block.hpp>
 #include <trickle/codec/quantize.hpp>
 
 TRICKLE_NAMESPACE_BEGIN
