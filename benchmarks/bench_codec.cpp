@@ -170,9 +170,10 @@ void register_codec(const std::string& label, C c, bool stochastic) {
 
 // One DiLoCo outer step (interval 1, one worker) over n values through codec C: the delta
 // pass, the encoded all-reduce (encode, the all-to-all and all-gather copies, decode, the
-// rank-order sum, encode and decode of the sum) and the update pass. Against the fp32 case
-// (the delta and update passes with a one-rank all-reduce between them), the ratio is what
-// the codec adds to an outer step, unfused.
+// rank-order sum, encode and decode of the sum) and the update pass, the delta and update
+// fused with the encoding and decoding tile by tile (diloco_engine's fused_outer_step).
+// Against the fp32 case (the delta and update passes with a one-rank all-reduce between
+// them), the ratio is what the codec adds to an outer step.
 template <class C>
 void bm_outer_step(benchmark::State& state, C c) {
     const std::size_t n = codec_values();
@@ -204,6 +205,7 @@ void register_all() {
     register_outer_step("fp32", codec::fp32{});
     register_outer_step("bf16", codec::bf16{});
     register_outer_step("fp8_e4m3", codec::fp8_e4m3{});
+    register_outer_step("fp8_block_b64", codec::fp8_block{.block_size = 64});
     register_outer_step("int8_b64", codec::int8_block{.block_size = 64});
     register_outer_step("int4_b64", codec::int4_block{.block_size = 64});
     register_outer_step("sign2_b64", codec::sign2_block{.block_size = 64});
@@ -214,6 +216,7 @@ void register_all() {
     register_codec("fp16", codec::fp16{}, false);
     register_codec("fp8_e4m3", codec::fp8_e4m3{}, false);
     register_codec("fp8_e5m2", codec::fp8_e5m2{}, false);
+    register_codec("fp8_block_b64", codec::fp8_block{.block_size = 64}, false);
     register_codec("int8_b64", codec::int8_block{.block_size = 64, .symmetric = true}, true);
     register_codec("int8_minmax_b64", codec::int8_block{.block_size = 64, .symmetric = false}, true);
     register_codec("int4_b64", codec::int4_block{.block_size = 64, .symmetric = true}, true);
