@@ -1,0 +1,17 @@
+// Compiled, never run (no GPU, and Debian's PyTorch is CPU-only): the model wrappers over a
+// communicator in device memory (comm::nccl) instantiate and type-check with g++, as a
+// libtorch trainer with CUDA tensors would use them (its .cu file of TRICKLE_INSTANTIATE_*
+// lines provides the CUDA members at link time).
+#include <trickle/comm/nccl.hpp>
+#include <trickle/torch.hpp>
+
+#include <torch/torch.h>
+
+void trickle_torch_nccl_wrappers(torch::nn::Module& m, trickle::comm::nccl& c) {
+    trickle::torch::sparta<trickle::sampler::block> s(m, c, {.fraction = 0.01});
+    s.step();
+    trickle::torch::diloco<> d(m, c, {.interval = 10});
+    d.step();
+    trickle::torch::sparta_diloco<> both(m, c, {.fraction = 0.01}, {.interval = 10});
+    both.step();
+}
