@@ -33,6 +33,9 @@ if [ "${1:-}" != "--plot-only" ]; then
     point ddp                 --strategy ddp
     point sparta-fp32         --strategy sparta --fraction 0.005
     point sparta-bf16         --strategy sparta --fraction 0.005 --codec bf16
+    point sparta0.001-bf16    --strategy sparta --fraction 0.001 --codec bf16
+    point sparta0.0002-bf16   --strategy sparta --fraction 0.0002 --codec bf16
+    point sparta0.0001-fp32   --strategy sparta --fraction 0.0001
     point diloco-fp32         --strategy diloco --outer-interval 100
     point diloco-int8         --strategy diloco --outer-interval 100 --outer-codec int8
     point diloco-fp8          --strategy diloco --outer-interval 100 --outer-codec fp8-e4m3
