@@ -12,7 +12,7 @@ dst=$root/build/gpu
 [[ -x "$src/tests/cuda/test_device_sparta" ]] || { echo "$0: no CUDA build in $src (see the usage above)" >&2; exit 1; }
 rm -rf "$dst"
 mkdir -p "$dst/tests/cuda" "$dst/examples/04_gpu_workers" "$dst/benchmarks"
-for t in "$src"/tests/cuda/test_*; do
+for t in "$src"/tests/cuda/test_* "$src"/tests/codec/test_codec_cuda; do
     [[ -x "$t" && -f "$t" ]] && cp "$t" "$dst/tests/cuda/"
 done
 [[ -x "$src/examples/04_gpu_workers/gpu_workers" ]] && cp "$src/examples/04_gpu_workers/gpu_workers" "$dst/examples/04_gpu_workers/"

@@ -80,7 +80,9 @@ log "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
 log "CUDA tests"
 : > "$out/ctest.txt"
 passed=0 failed=0 skipped=0
-for t in "$build"/tests/cuda/test_* "$build"/examples/04_gpu_workers/gpu_workers; do
+# (The CUDA tests of other areas, such as tests/codec's test_codec_cuda, are in the bundle's
+# tests/cuda; in a build tree they stay in their own folder.)
+for t in "$build"/tests/cuda/test_* "$build"/tests/codec/test_codec_cuda "$build"/examples/04_gpu_workers/gpu_workers; do
     [[ -x "$t" && -f "$t" ]] || continue
     name=$(basename "$t")
     # The whole check stays under 8 minutes: tests left after 5 are reported, not run.
