@@ -12,6 +12,7 @@
 // TRICKLE_BENCH_SMOKE=1 makes every case 64K values (ctest bench_codec_smoke).
 #include "bench_flags.hpp"
 #include "common.hpp"
+#include "host_copy.hpp"
 
 #include <trickle/algorithm/diloco.hpp>
 #include <trickle/codec/codecs.hpp>
@@ -38,47 +39,13 @@ namespace {
 
 // ---------------------------------------------------------------- references
 
-// bench_host's B_copy: a streaming copy with ordinary stores (the multiply by a value the
-// compiler cannot see keeps it from becoming memcpy), 256 MB -> 256 MB, best of ten.
-__attribute__((noinline)) void copy_loop(float* TRICKLE_RESTRICT dst, const float* TRICKLE_RESTRICT src, std::size_t n,
-                                         float one) {
-    for (std::size_t i = 0; i < n; ++i) dst[i] = src[i] * one;
-}
+// bench_host's B_copy and arrays (host_copy.hpp).
+using tb::bench_array;
+using tb::copy_loop;
+using tb::measure_b_copy;
+using tb::runtime_one;
 
-volatile float runtime_one = 1.0f;
-
-// Zeroed, 2 MB-aligned storage (first touch before timing).
-template <class T>
-struct bench_array {
-    static constexpr std::size_t align = std::size_t{2} << 20;
-    std::unique_ptr<T, void (*)(T*)> p{nullptr, [](T* q) { ::operator delete(q, std::align_val_t{align}); }};
-    std::size_t n = 0;
-    explicit bench_array(std::size_t count) : n(count) {
-        const std::size_t bytes = (count * sizeof(T) + align - 1) / align * align;
-        p.reset(static_cast<T*>(::operator new(bytes, std::align_val_t{align})));
-        std::memset(static_cast<void*>(p.get()), 0, bytes);
-    }
-    T* data() const { return p.get(); }
-};
-
-std::size_t copy_elements() { return tb::smoke() ? (std::size_t{1} << 16) : (std::size_t{64} << 20); }
 std::size_t codec_values() { return tb::smoke() ? (std::size_t{1} << 16) : (std::size_t{16} << 20); }
-
-double measure_b_copy() {
-    const std::size_t n = copy_elements();
-    bench_array<float> a(n), b(n);
-    for (std::size_t i = 0; i < n; ++i) a.data()[i] = static_cast<float>(i & 1023);
-    double best = 0;
-    const float one = runtime_one;
-    for (int rep = 0; rep < (tb::smoke() ? 2 : 11); ++rep) {
-        const auto t0 = std::chrono::steady_clock::now();
-        copy_loop(b.data(), a.data(), n, one);
-        const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        benchmark::DoNotOptimize(b.data());
-        if (rep > 0) best = std::max(best, 2.0 * static_cast<double>(n) * sizeof(float) / dt);
-    }
-    return best;
-}
 
 // Seconds for memcpy of the codec cases' fp32 array into another, best of twenty.
 double measure_memcpy_seconds() {
@@ -122,7 +89,7 @@ const bench_array<float>& input() {
         bench_array<float> a(codec_values());
         std::mt19937 rng(12345);
         std::normal_distribution<float> normal;
-        for (std::size_t i = 0; i < a.n; ++i) a.data()[i] = normal(rng);
+        for (std::size_t i = 0; i < a.size(); ++i) a.data()[i] = normal(rng);
         return a;
     }();
     return x;

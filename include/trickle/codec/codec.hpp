@@ -31,6 +31,7 @@
 #include <trickle/core/config_record.hpp>
 #include <trickle/core/dtype.hpp>
 #include <trickle/core/philox.hpp>
+#include <trickle/kernels/outer_rule.hpp>
 #include <trickle/sampler/random_batch.hpp>
 
 #include <bit>
@@ -124,14 +125,8 @@ TRICKLE_HOST_DEVICE void fill_words(const Words& words, std::size_t first, std::
 // would change the rounding between a host and a device encoder. Device code uses the _rn
 // intrinsics, which are never contracted; host code needs nothing more because every sum
 // in the codecs takes an operand that did not come from a product (a clamp or a
-// conversion stands between them).
-TRICKLE_HOST_DEVICE float mul_rn(float a, float b) {
-#if TRICKLE_ON_DEVICE
-    return __fmul_rn(a, b);
-#else
-    return a * b;
-#endif
-}
+// conversion stands between them). The product is the outer rules' (kernels/outer_rule.hpp).
+using trickle::mul_rn;
 
 TRICKLE_HOST_DEVICE float add_rn(float a, float b) {
 #if TRICKLE_ON_DEVICE
