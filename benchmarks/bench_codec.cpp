@@ -41,9 +41,7 @@ namespace {
 
 // bench_host's B_copy and arrays (host_copy.hpp).
 using tb::bench_array;
-using tb::copy_loop;
 using tb::measure_b_copy;
-using tb::runtime_one;
 
 std::size_t codec_values() { return tb::smoke() ? (std::size_t{1} << 16) : (std::size_t{16} << 20); }
 
@@ -66,17 +64,7 @@ double b_copy = 0;
 double memcpy_seconds = 0;
 
 void bm_copy(benchmark::State& state, bool use_memcpy, std::size_t n) {
-    bench_array<float> a(n), b(n);
-    const float one = runtime_one;
-    for (auto _ : state) {
-        if (use_memcpy)
-            std::memcpy(b.data(), a.data(), n * sizeof(float));
-        else
-            copy_loop(b.data(), a.data(), n, one);
-        benchmark::ClobberMemory();
-    }
-    const double bytes = 2.0 * static_cast<double>(n) * sizeof(float) * static_cast<double>(state.iterations());
-    tb::report(state, {bytes, bytes}, b_copy);
+    tb::run_copy(state, use_memcpy, n, b_copy);
     state.counters["vs_memcpy"] =
         benchmark::Counter(memcpy_seconds * static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
 }

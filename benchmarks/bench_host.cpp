@@ -46,27 +46,12 @@ constexpr std::size_t cache_line = 64;
 
 using tb::bench_array;
 using tb::copy_elements;
-using tb::copy_loop;
 using tb::huge_pages;
 using tb::measure_b_copy;
-using tb::runtime_one;
 
 double b_copy = 0;
 
-void bm_copy(benchmark::State& state, bool use_memcpy) {
-    const std::size_t n = copy_elements();
-    bench_array<float> a(n), b(n);
-    const float one = runtime_one;
-    for (auto _ : state) {
-        if (use_memcpy)
-            std::memcpy(b.data(), a.data(), n * sizeof(float));
-        else
-            copy_loop(b.data(), a.data(), n, one);
-        benchmark::ClobberMemory();
-    }
-    const double bytes = 2.0 * static_cast<double>(n) * sizeof(float) * static_cast<double>(state.iterations());
-    tb::report(state, {bytes, bytes}, b_copy);
-}
+void bm_copy(benchmark::State& state, bool use_memcpy) { tb::run_copy(state, use_memcpy, copy_elements(), b_copy); }
 
 // ---------------------------------------------------------------- models
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "cases.hpp"
+#include "common.hpp"
 
 #include <trickle/config.hpp>
 
@@ -86,6 +87,22 @@ inline double measure_b_copy() {
         if (rep > 0) best = std::max(best, 2.0 * static_cast<double>(n) * sizeof(float) / dt);
     }
     return best;
+}
+
+// The body of the copy benchmarks: n floats copied by memcpy or by copy_loop (B_copy's
+// loop), reported against b_copy.
+inline void run_copy(benchmark::State& state, bool use_memcpy, std::size_t n, double b_copy) {
+    bench_array<float> a(n), b(n);
+    const float one = runtime_one;
+    for (auto _ : state) {
+        if (use_memcpy)
+            std::memcpy(b.data(), a.data(), n * sizeof(float));
+        else
+            copy_loop(b.data(), a.data(), n, one);
+        benchmark::ClobberMemory();
+    }
+    const double bytes = 2.0 * static_cast<double>(n) * sizeof(float) * static_cast<double>(state.iterations());
+    report(state, {bytes, bytes}, b_copy);
 }
 
 } // namespace trickle_bench
