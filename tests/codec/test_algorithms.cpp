@@ -46,6 +46,39 @@ bool same_bits(const model<T>& x, const model<T>& y) {
            std::memcmp(x.b.data(), y.b.data(), x.b.size() * sizeof(T)) == 0;
 }
 
+// Two fp32 runs side by side on N workers: make_a(group, comm) and make_b(group, comm)
+// build each worker's two algorithms over its replicas a[r] and b[r] (which start and train
+// alike), and both step `steps` times. Returns each run's stats per worker.
+struct pair_stats {
+    std::vector<exchange_stats> a, b;
+};
+template <class MakeA, class MakeB>
+pair_stats side_by_side(int N, int steps, std::vector<model<float>>& a, std::vector<model<float>>& b, MakeA make_a,
+                        MakeB make_b) {
+    a.clear();
+    b.clear();
+    for (int r = 0; r < N; ++r) {
+        a.emplace_back(r);
+        b.emplace_back(r);
+    }
+    pair_stats out{std::vector<exchange_stats>(static_cast<std::size_t>(N)),
+                   std::vector<exchange_stats>(static_cast<std::size_t>(N))};
+    comm::run_local(N, [&](comm::local& c) {
+        const int r = c.rank();
+        auto x = make_a(a[r].group, c);
+        auto y = make_b(b[r].group, c);
+        for (int t = 0; t < steps; ++t) {
+            a[r].train(r, t);
+            b[r].train(r, t);
+            x.step(exec::host{});
+            y.step(exec::host{});
+        }
+        out.a[r] = x.stats();
+        out.b[r] = y.stats();
+    });
+    return out;
+}
+
 } // namespace
 
 TEST_CASE("sparta with codec::native on a bf16 model: half the bytes of fp32, replicas identical where averaged") {
@@ -89,24 +122,14 @@ TEST_CASE_TEMPLATE("diloco through a lossy codec: replicas bit-identical after e
                    codec::int8_block, codec::fp8_e4m3, codec::int4_block, codec::sign2_block) {
     const int N = 3, H = 4;
     std::vector<model<float>> m, ref;
-    for (int r = 0; r < N; ++r) {
-        m.emplace_back(r);
-        ref.emplace_back(r);
-    }
-    std::vector<exchange_stats> st(N), ref_st(N);
-    comm::run_local(N, [&](comm::local& c) {
-        const int r = c.rank();
-        diloco<outer::nesterov, topology::all_reduce, C> d(m[r].group, c, {.interval = H}, {}, {}, C{});
-        diloco<outer::nesterov> plain(ref[r].group, c, {.interval = H});
-        for (int t = 0; t < 2 * H; ++t) {
-            m[r].train(r, t);
-            ref[r].train(r, t);
-            d.step(exec::host{});
-            plain.step(exec::host{});
-        }
-        st[r] = d.stats();
-        ref_st[r] = plain.stats();
-    });
+    const pair_stats ps = side_by_side(
+        N, 2 * H, m, ref,
+        [&](param_group<float>& g, comm::local& c) {
+            return diloco<outer::nesterov, topology::all_reduce, C>(g, c, {.interval = H}, {}, {}, C{});
+        },
+        [&](param_group<float>& g, comm::local& c) { return diloco<outer::nesterov>(g, c, {.interval = H}); });
+    const auto& st = ps.a;
+    const auto& ref_st = ps.b;
     double worst = 0.0;
     for (int r = 0; r < N; ++r) {
         CHECK(same_bits(m[r], m[0]));
@@ -256,25 +279,15 @@ TEST_CASE("diloco through a sparsifier (chunk top-k with 2-bit values, error fee
     using topk = codec::chunk_topk<codec::sign2_block>;
     const topk sp{.chunk = 64, .k = 4, .values = {.block_size = 4}};
     std::vector<model<float>> m, ref;
-    for (int r = 0; r < N; ++r) {
-        m.emplace_back(r);
-        ref.emplace_back(r);
-    }
-    std::vector<exchange_stats> st(N), ref_st(N);
-    comm::run_local(N, [&](comm::local& c) {
-        const int r = c.rank();
-        diloco<outer::nesterov, topology::all_reduce, topk> d(m[r].group, c, {.interval = H, .error_feedback = 1.0}, {},
-                                                             {}, sp);
-        diloco<outer::nesterov> plain(ref[r].group, c, {.interval = H});
-        for (int t = 0; t < 3 * H; ++t) {
-            m[r].train(r, t);
-            ref[r].train(r, t);
-            d.step(exec::host{});
-            plain.step(exec::host{});
-        }
-        st[r] = d.stats();
-        ref_st[r] = plain.stats();
-    });
+    const pair_stats ps = side_by_side(
+        N, 3 * H, m, ref,
+        [&](param_group<float>& g, comm::local& c) {
+            return diloco<outer::nesterov, topology::all_reduce, topk>(g, c, {.interval = H, .error_feedback = 1.0}, {},
+                                                                       {}, sp);
+        },
+        [&](param_group<float>& g, comm::local& c) { return diloco<outer::nesterov>(g, c, {.interval = H}); });
+    const auto& st = ps.a;
+    const auto& ref_st = ps.b;
     for (int r = 0; r < N; ++r) {
         CHECK(same_bits(m[r], m[0]));
         CHECK(st[r].total.bytes_sent * 10 < ref_st[r].total.bytes_sent);
@@ -289,22 +302,11 @@ TEST_CASE("diloco through a sparsifier (chunk top-k with 2-bit values, error fee
 TEST_CASE("stochastic rounding: identical replicas, other bits than rounding to nearest, refused where impossible") {
     const int N = 3, H = 3;
     std::vector<model<float>> m, near;
-    for (int r = 0; r < N; ++r) {
-        m.emplace_back(r);
-        near.emplace_back(r);
-    }
-    comm::run_local(N, [&](comm::local& c) {
-        const int r = c.rank();
-        using D = diloco<outer::nesterov, topology::all_reduce, codec::int4_block>;
-        D s(m[r].group, c, {.interval = H, .seed = 5, .stochastic_rounding = true});
-        D n(near[r].group, c, {.interval = H, .seed = 5});
-        for (int t = 0; t < 2 * H; ++t) {
-            m[r].train(r, t);
-            near[r].train(r, t);
-            s.step(exec::host{});
-            n.step(exec::host{});
-        }
-    });
+    using D = diloco<outer::nesterov, topology::all_reduce, codec::int4_block>;
+    side_by_side(
+        N, 2 * H, m, near,
+        [&](param_group<float>& g, comm::local& c) { return D(g, c, {.interval = H, .seed = 5, .stochastic_rounding = true}); },
+        [&](param_group<float>& g, comm::local& c) { return D(g, c, {.interval = H, .seed = 5}); });
     for (int r = 0; r < N; ++r) CHECK(same_bits(m[r], m[0]));
     CHECK_FALSE(same_bits(m[0], near[0]));
     const auto errors = run_collect_errors(N, [&](comm::local& c) {
@@ -341,25 +343,15 @@ TEST_CASE_TEMPLATE("diloco's fused codec passes give the bits of the unfused one
     // whole outer gradient), with the same values: the parameters must end bit-identical.
     const int N = 3, H = 3;
     std::vector<model<float>> fused, unfused;
-    for (int r = 0; r < N; ++r) {
-        fused.emplace_back(r);
-        unfused.emplace_back(r);
-    }
-    std::vector<exchange_stats> sf(N), su(N);
-    comm::run_local(N, [&](comm::local& c) {
-        const int r = c.rank();
-        using D = diloco<outer::nesterov, topology::all_reduce, C>;
-        D f(fused[r].group, c, {.interval = H, .seed = 2, .error_feedback = 0.5});
-        D u(unfused[r].group, c, {.interval = H, .seed = 2, .prune_fraction = 1e-12, .error_feedback = 0.5});
-        for (int t = 0; t < 3 * H; ++t) {
-            fused[r].train(r, t);
-            unfused[r].train(r, t);
-            f.step(exec::host{});
-            u.step(exec::host{});
-        }
-        sf[r] = f.stats();
-        su[r] = u.stats();
-    });
+    using D = diloco<outer::nesterov, topology::all_reduce, C>;
+    const pair_stats ps = side_by_side(
+        N, 3 * H, fused, unfused,
+        [&](param_group<float>& g, comm::local& c) { return D(g, c, {.interval = H, .seed = 2, .error_feedback = 0.5}); },
+        [&](param_group<float>& g, comm::local& c) {
+            return D(g, c, {.interval = H, .seed = 2, .prune_fraction = 1e-12, .error_feedback = 0.5});
+        });
+    const auto& sf = ps.a;
+    const auto& su = ps.b;
     for (int r = 0; r < N; ++r) {
         CHECK(same_bits(fused[r], unfused[r]));
         CHECK(sf[r].total == su[r].total);
