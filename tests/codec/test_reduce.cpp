@@ -191,3 +191,92 @@ TEST_CASE("fp8_block: small values survive, the error is within the scaled grid,
     codec::fp8_block{.block_size = 0}.describe(rec);
     CHECK(rec.error() == "codec::fp8_block: block_size must be >= 1, got 0");
 }
+
+namespace {
+
+// One worker's outcome of an encoded all-reduce: its values, residual and traffic.
+struct reduce_outcome {
+    std::vector<float> values, residual;
+    traffic_counters traffic;
+};
+
+// Runs the tiled host form (blocks = false) or the block-parallel form of the encoded
+// all-reduce on N comm::local workers, with error feedback when beta > 0; two calls, so a
+// second exchange starts from the first one's residual and uses other rounding words.
+template <class Codec>
+std::vector<reduce_outcome> reduce_twice(const Codec& c, int N, std::size_t n, bool blocks, float beta,
+                                         bool stochastic) {
+    std::vector<reduce_outcome> out(static_cast<std::size_t>(N));
+    comm::run_local(N, [&](comm::local& comm) {
+        reduce_outcome& o = out[static_cast<std::size_t>(comm.rank())];
+        o.residual.assign(n, 0.0f);
+        float* residual = beta > 0.0f ? o.residual.data() : nullptr;
+        codec::reduce_scratch tiled;
+        codec::block_reduce_scratch<host_space> parallel;
+        tiled.reserve(c, n, N);
+        parallel.reserve(c, n, N, exec::host{});
+        for (std::uint64_t round = 0; round < 2; ++round) {
+            o.values = mixed_input(comm.rank() + static_cast<int>(round) * 7, n);
+            const codec::rounding how{stochastic, 99, round};
+            const int g = blocks ? codec::encoded_all_reduce_blocks(c, comm, exec::host{}, o.values.data(), n,
+                                                                    parallel, residual, beta, how)
+                                 : codec::encoded_all_reduce(c, comm, o.values.data(), n, tiled, residual, beta, how);
+            if (g != N) throw std::logic_error("group size");
+        }
+        o.traffic = comm.traffic();
+    });
+    return out;
+}
+
+template <class Codec>
+void check_block_form(const Codec& c, bool stochastic) {
+    for (int N : {1, 2, 3, 4})
+        for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{5}, std::size_t{257}, std::size_t{4099}})
+            for (float beta : {0.0f, 0.75f}) {
+                const auto tiled = reduce_twice(c, N, n, false, beta, stochastic);
+                const auto blocks = reduce_twice(c, N, n, true, beta, stochastic);
+                for (int r = 0; r < N; ++r) {
+                    INFO(Codec::name, ": N = ", N, ", n = ", n, ", beta = ", beta, ", stochastic = ", stochastic,
+                         ", rank ", r);
+                    const auto R = static_cast<std::size_t>(r);
+                    CHECK(bitwise_equal(blocks[R].values, tiled[R].values));
+                    CHECK(bitwise_equal(blocks[R].residual, tiled[R].residual));
+                    CHECK(blocks[R].traffic == tiled[R].traffic);
+                    // Every worker decodes the same bytes.
+                    CHECK(bitwise_equal(blocks[R].values, blocks[0].values));
+                }
+            }
+}
+
+} // namespace
+
+TEST_CASE_TEMPLATE("encoded_all_reduce_blocks (the device form, run on the host): the tiled form's bits, residuals "
+                   "and bytes",
+                   C, codec::fp32, codec::bf16, codec::fp16, codec::fp8_e4m3, codec::fp8_e5m2, codec::fp8_block,
+                   codec::int8_block, codec::int4_block, codec::sign2_block) {
+    check_block_form(C{}, false);
+    if constexpr (requires(const float* in, std::byte* out, const codec::philox_words& w) {
+                      C{}.encode_block(in, std::size_t{}, out, w, std::size_t{});
+                  })
+        check_block_form(C{}, true);
+}
+
+TEST_CASE("encoded_all_reduce_blocks: other block sizes, codec::any, and the errors of the tiled form") {
+    check_block_form(codec::int8_block{.block_size = 7}, true);
+    check_block_form(codec::int4_block{.block_size = 300, .symmetric = false}, false);
+    check_block_form(codec::any{codec::sign2_block{.block_size = 33}}, true);
+    // Stochastic rounding with a codec that has none, and a scratch sized too small: the
+    // same invalid_argument as the tiled form, before anything is sent.
+    comm::run_local(2, [&](comm::local& comm) {
+        std::vector<float> v(100, 1.0f);
+        codec::block_reduce_scratch<host_space> s;
+        s.reserve(codec::bf16{}, 100, 2, exec::host{});
+        CHECK_THROWS_AS(codec::encoded_all_reduce_blocks(codec::bf16{}, comm, exec::host{}, v.data(), 100, s, nullptr,
+                                                         0.0f, codec::rounding{true, 1, 0}),
+                        invalid_argument);
+        CHECK_THROWS_AS(codec::encoded_all_reduce_blocks(codec::bf16{}, comm, exec::host{}, v.data(), 101, s),
+                        invalid_argument);
+        CHECK(comm.traffic().calls == 0);
+        CHECK(v == std::vector<float>(100, 1.0f));
+    });
+}

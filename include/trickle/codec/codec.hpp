@@ -125,24 +125,10 @@ TRICKLE_HOST_DEVICE void fill_words(const Words& words, std::size_t first, std::
 // would change the rounding between a host and a device encoder. Device code uses the _rn
 // intrinsics, which are never contracted; host code needs nothing more because every sum
 // in the codecs takes an operand that did not come from a product (a clamp or a
-// conversion stands between them). The product is the outer rules' (kernels/outer_rule.hpp).
+// conversion stands between them). The product, sum and difference are the outer rules' (kernels/outer_rule.hpp).
+using trickle::add_rn;
 using trickle::mul_rn;
-
-TRICKLE_HOST_DEVICE float add_rn(float a, float b) {
-#if TRICKLE_ON_DEVICE
-    return __fadd_rn(a, b);
-#else
-    return a + b;
-#endif
-}
-
-TRICKLE_HOST_DEVICE float sub_rn(float a, float b) {
-#if TRICKLE_ON_DEVICE
-    return __fsub_rn(a, b);
-#else
-    return a - b;
-#endif
-}
+using trickle::sub_rn;
 
 TRICKLE_HOST_DEVICE float div_rn(float a, float b) {
 #if TRICKLE_ON_DEVICE

@@ -28,11 +28,16 @@
 #include <trickle/comm/communicator.hpp>
 #include <trickle/config.hpp>
 #include <trickle/error.hpp>
+#include <trickle/exec/buffer.hpp>
+#include <trickle/exec/cuda.hpp>
+#include <trickle/exec/host.hpp>
+#include <trickle/kernels/codec_pass.hpp>
 #include <trickle/sampler/sampler.hpp>
 
 #include <algorithm>
 #include <cstddef>
 #include <type_traits>
+#include <variant>
 #include <vector>
 
 TRICKLE_NAMESPACE_BEGIN
@@ -68,6 +73,18 @@ struct offset_words {
     TRICKLE_HOST_DEVICE std::uint32_t operator()(std::size_t i) const { return words(first + i); }
 };
 
+// The words of a stochastic encoding by `rank` (0xffff: the owner of a chunk rounding its
+// sum) in the exchange `how` names.
+inline philox_words rounding_words(const rounding& how, int rank) {
+    const std::uint64_t index = (how.exchange << 16) | (static_cast<std::uint64_t>(rank) & 0xffffu);
+    return philox_words{how.seed, trickle::detail::stream_id(trickle::detail::stream_tag::codec, index)};
+}
+
+template <class C>
+[[noreturn]] void no_stochastic_rounding() {
+    throw invalid_argument(trickle::detail::concat("codec::", C::name, ": this codec has no stochastic rounding"));
+}
+
 template <class C>
 void encode_rounded(const C& c, const float* in, std::size_t n, std::byte* out, const rounding& how, int rank,
                     std::size_t first) {
@@ -75,13 +92,11 @@ void encode_rounded(const C& c, const float* in, std::size_t n, std::byte* out, 
         c.encode(in, n, out);
         return;
     }
-    const std::uint64_t index = (how.exchange << 16) | (static_cast<std::uint64_t>(rank) & 0xffffu);
-    const offset_words w{philox_words{how.seed, trickle::detail::stream_id(trickle::detail::stream_tag::codec, index)},
-                         first};
+    const offset_words w{rounding_words(how, rank), first};
     if constexpr (requires { c.encode(in, n, out, w); })
         c.encode(in, n, out, w);
     else
-        throw invalid_argument(trickle::detail::concat("codec::", C::name, ": this codec has no stochastic rounding"));
+        no_stochastic_rounding<C>();
 }
 
 } // namespace detail
@@ -187,11 +202,11 @@ int encoded_all_reduce_tiled(const Codec& c, Comm& comm, std::size_t n, reduce_s
             float* e = s.tile.data();
             produce(t0, m, e);
             if (residual != nullptr)
-                for (std::size_t i = 0; i < m; ++i) e[i] += beta * residual[t0 + i];
+                for (std::size_t i = 0; i < m; ++i) e[i] = feedback_value(e[i], beta, residual[t0 + i]);
             detail::encode_rounded(c, e, m, slot + at, how, me, t0);
             if (residual != nullptr) {
                 c.decode(slot + at, m, s.tile2.data());
-                for (std::size_t i = 0; i < m; ++i) residual[t0 + i] = e[i] - s.tile2[i];
+                for (std::size_t i = 0; i < m; ++i) residual[t0 + i] = sub_rn(e[i], s.tile2[i]);
             }
         });
         std::fill(slot + c.wire_bytes(count), slot + E, std::byte{0});
@@ -204,7 +219,7 @@ int encoded_all_reduce_tiled(const Codec& c, Comm& comm, std::size_t n, reduce_s
         float* out = q == 0 ? s.sum.data() : s.part.data();
         c.decode(s.recv.data() + static_cast<std::size_t>(q) * E, count, out);
         if (q != 0)
-            for (std::size_t i = 0; i < count; ++i) s.sum[i] += s.part[i];
+            for (std::size_t i = 0; i < count; ++i) s.sum[i] = add_rn(s.sum[i], s.part[i]);
     }
 
     // 3. The encoded sums to everyone; every worker decodes the same bytes.
@@ -233,6 +248,98 @@ int encoded_all_reduce(const Codec& c, Comm& comm, float* buf, std::size_t n, re
     return encoded_all_reduce_tiled(
         c, comm, n, s, [&](std::size_t i0, std::size_t m, float* out) { std::copy(buf + i0, buf + i0 + m, out); },
         [&](std::size_t i0, std::size_t m, const float* in) { std::copy(in, in + m, buf + i0); }, residual, beta, how);
+}
+
+// The memory of the block-parallel encoded all-reduce (encoded_all_reduce_blocks) in
+// memory space Space, sized once for up to `values` values over `ranks` workers.
+template <class Space>
+struct block_reduce_scratch {
+    buffer<std::byte, Space> send, recv; // N slots of E bytes
+    buffer<float, Space> sum, part;      // the largest chunk's values
+
+    // Exec: exec::cuda for cuda_space (stream-ordered memory on its stream), any host
+    // execution space for host_space.
+    template <codec_policy Codec, class Exec>
+    void reserve(const Codec& c, std::size_t values, int ranks, const Exec& ex) {
+        const std::size_t slots = static_cast<std::size_t>(ranks) * reduce_scratch::slot_bytes(c, values, ranks);
+        const std::size_t chunk = reduce_scratch::max_chunk_values(c, values, ranks);
+        if constexpr (std::is_same_v<Space, cuda_space>) {
+            send = buffer<std::byte, Space>(slots, ex);
+            recv = buffer<std::byte, Space>(slots, ex);
+            sum = buffer<float, Space>(chunk, ex);
+            part = buffer<float, Space>(chunk, ex);
+        } else {
+            (void)ex;
+            send = buffer<std::byte, Space>(slots);
+            recv = buffer<std::byte, Space>(slots);
+            sum = buffer<float, Space>(chunk);
+            part = buffer<float, Space>(chunk);
+        }
+    }
+};
+
+// encoded_all_reduce as three launches of one-block-per-index bodies
+// (kernels/codec_pass.hpp) on execution space ex, with the communicator's byte collectives
+// between them: how the CUDA backend runs it, on device memory through comm::nccl or
+// comm::local_cuda, enqueued on the stream and never waiting for the device. The bytes
+// sent and the bits of buf afterwards are those of encoded_all_reduce with the same
+// arguments (tested on the host, where the same function runs with exec::host and
+// comm::local). buf, residual and the scratch are in the communicator's memory space; the
+// scratch must have been reserved for at least n values and comm.size() ranks. A
+// codec::any is resolved on the host and its held codec runs. Returns the workers summed.
+template <codec_policy Codec, byte_communicator Comm, class Exec>
+int encoded_all_reduce_blocks(const Codec& c, Comm& comm, const Exec& ex, float* buf, std::size_t n,
+                              block_reduce_scratch<typename Comm::memory_space>& s, float* residual = nullptr,
+                              float beta = 0.0f, const rounding& how = {}) {
+    if constexpr (std::is_same_v<Codec, any>) {
+        return std::visit(
+            [&](const auto& held) { return encoded_all_reduce_blocks(held, comm, ex, buf, n, s, residual, beta, how); },
+            c.held);
+    } else {
+        const int N = comm.size(), me = comm.rank();
+        const std::size_t B = c.block_values() == 0 ? 1 : c.block_values();
+        const slot_layout at{n, B, (n + B - 1) / B, reduce_scratch::slot_bytes(c, n, N), N};
+        const auto NS = static_cast<std::size_t>(N);
+        require(s.send.size() >= NS * at.E && s.recv.size() >= NS * at.E &&
+                    s.sum.size() >= reduce_scratch::max_chunk_values(c, n, N) && s.part.size() >= s.sum.size(),
+                "codec::encoded_all_reduce_blocks: the scratch was reserved for fewer values than ", n, " or ranks than ",
+                N);
+        constexpr bool can_round = requires(const float* in, std::byte* out, const philox_words& w) {
+            c.encode_block(in, std::size_t{}, out, w, std::size_t{});
+        };
+        if constexpr (!can_round)
+            if (how.stochastic) detail::no_stochastic_rounding<Codec>();
+        // Runs body with the words of rank `rank` (round to nearest without them).
+        const auto with_words = [&](int rank, auto&& launch) {
+            if constexpr (can_round)
+                if (how.stochastic) return launch(detail::rounding_words(how, rank));
+            launch(nearest_words{});
+        };
+        std::byte* send = s.send.data();
+        std::byte* recv = s.recv.data();
+
+        // 1. Every chunk encoded into its slot (error feedback first), the tails zeroed.
+        for_each_index(ex, NS, zero_slot_tails_body<Codec>{c, at, send, 0});
+        with_words(me, [&](const auto& words) {
+            for_each_index(ex, at.blocks,
+                           encode_slots_body<Codec, std::remove_cvref_t<decltype(words)>>{c,    at,   buf,  residual,
+                                                                                         beta, send, words});
+        });
+        comm.all_to_all(send, recv, at.E);
+
+        // 2. My chunk's sum in rank order, encoded into my outgoing slot.
+        with_words(0xffff, [&](const auto& words) {
+            for_each_index(ex, at.chunk_blocks(me),
+                           sum_slots_body<Codec, std::remove_cvref_t<decltype(words)>>{
+                               c, at, me, recv, s.sum.data(), s.part.data(), send, words});
+        });
+        for_each_index(ex, 1, zero_slot_tails_body<Codec>{c, at, send, me});
+
+        // 3. The encoded sums to everyone; every worker decodes the same bytes.
+        comm.all_gather(send, recv, at.E);
+        for_each_index(ex, at.blocks, decode_slots_body<Codec>{c, at, recv, buf});
+        return N;
+    }
 }
 
 } // namespace codec

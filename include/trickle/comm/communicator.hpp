@@ -3,6 +3,7 @@
 
 #include <trickle/config.hpp>
 #include <trickle/core/memory_space.hpp>
+#include <trickle/core/split.hpp>
 #include <trickle/error.hpp>
 
 #include <array>
@@ -66,18 +67,7 @@ struct traffic_counters {
 
 namespace detail {
 
-// Elements of chunk r when n elements are split over `ranks` as evenly as possible
-// (the first n % ranks chunks hold one more).
-constexpr std::size_t chunk_size(std::size_t n, int ranks, int r) {
-    const auto N = static_cast<std::size_t>(ranks);
-    return n / N + (static_cast<std::size_t>(r) < n % N ? 1 : 0);
-}
-
-constexpr std::size_t chunk_begin(std::size_t n, int ranks, int r) {
-    const auto N = static_cast<std::size_t>(ranks);
-    const auto R = static_cast<std::size_t>(r);
-    return R * (n / N) + (R < n % N ? R : n % N);
-}
+// chunk_size, chunk_begin: the even split of core/split.hpp.
 
 // Bytes rank r sends (and receives) in an all-reduce of n elements of elem_bytes each.
 constexpr std::uint64_t all_reduce_bytes(std::size_t n, std::size_t elem_bytes, int ranks, int r) {

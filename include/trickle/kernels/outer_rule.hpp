@@ -51,4 +51,22 @@ TRICKLE_HOST_DEVICE float mul_rn(float a, float b) {
 #endif
 }
 
+// a + b and a - b, rounded once, for sums whose operand may be a product (the same
+// contraction rule as mul_rn).
+TRICKLE_HOST_DEVICE float add_rn(float a, float b) {
+#if TRICKLE_ON_DEVICE
+    return __fadd_rn(a, b);
+#else
+    return a + b;
+#endif
+}
+
+TRICKLE_HOST_DEVICE float sub_rn(float a, float b) {
+#if TRICKLE_ON_DEVICE
+    return __fsub_rn(a, b);
+#else
+    return a - b;
+#endif
+}
+
 TRICKLE_NAMESPACE_END

@@ -1,0 +1,178 @@
+// trickle/kernels/codec_pass.hpp: the kernel bodies of the encoded all-reduce, one codec block per index.
+//
+// codec::encoded_all_reduce (codec/reduce.hpp) sums n fp32 values over N workers as a
+// reduce-scatter and an all-gather of encoded chunks. On the host it runs tile by tile,
+// fused with the caller's passes; any other backend (the CUDA one, and the host in tests)
+// runs it as three launches of these bodies, with the byte collectives in between:
+//
+//   encode_slots_body   index b: block b of the values (error feedback applied) encoded into
+//                       the slot of the chunk that holds it, and this worker's residual
+//   -- all_to_all of the slots --
+//   sum_slots_body      index j: block j of my chunk, decoded from every worker's slot and
+//                       added in rank order in fp32, then encoded into my outgoing slot
+//   -- all_gather of the summed slots --
+//   decode_slots_body   index b: block b decoded from its owner's slot into the values
+//
+// and zero_slot_tails_body clears the bytes of each slot past its chunk's encoding (sent,
+// never decoded), so the wire carries no uninitialized memory.
+//
+// The bodies compute exactly what the host's tiled loop computes, value for value: the
+// same blocks, the same rounding words (value i of the array takes word i of the caller's
+// stream; the sum of my chunk takes words of the chunk's global indices), the same fp32
+// operations in the same order (feedback_value, the rank-ordered sum). Both backends'
+// results are therefore the same bits, tested on the host (tests/codec) and on a GPU
+// (tests/cuda).
+//
+// The codec C is any type with the codec concept's block members callable on the device
+// (every built-in codec except codec::any, which the caller resolves on the host). Words is
+// nearest_words (round to nearest) or a source of uniform words with operator()(i) for
+// stochastic rounding (codec::philox_words).
+//
+// One thread encodes or decodes a whole block (B values, typically 32 to 256): simple and
+// correct, but adjacent threads read addresses B values apart; a warp-cooperative agent
+// would coalesce better (see docs/compression.md, "Device path").
+#pragma once
+
+#include <trickle/config.hpp>
+#include <trickle/core/split.hpp>
+#include <trickle/kernels/outer_rule.hpp>
+
+#include <cstddef>
+#include <type_traits>
+
+TRICKLE_NAMESPACE_BEGIN
+
+// The value a worker sends with error feedback: its own value x plus beta times the
+// residual r of its previous exchange. One home for the host's tiled path and these bodies.
+TRICKLE_HOST_DEVICE float feedback_value(float x, float beta, float r) { return add_rn(x, mul_rn(beta, r)); }
+
+// Round-to-nearest encoding: no words.
+struct nearest_words {};
+
+// Encodes one block of m values, to nearest or with value j taking words(first + j).
+template <class C, class Words>
+TRICKLE_HOST_DEVICE void encode_block_with(const C& c, const float* in, std::size_t m, std::byte* out,
+                                           const Words& words, std::size_t first) {
+    if constexpr (std::is_same_v<Words, nearest_words>) {
+        (void)words, (void)first;
+        c.encode_block(in, m, out);
+    } else {
+        c.encode_block(in, m, out, words, first);
+    }
+}
+
+// Where the values' codec blocks travel: n values in blocks of B, the blocks split evenly
+// over `ranks` chunks (detail::chunk_begin), chunk r encoded into slot r of E bytes.
+struct slot_layout {
+    std::size_t n = 0;
+    std::size_t B = 1;      // values per codec block
+    std::size_t blocks = 0; // ceil(n / B)
+    std::size_t E = 0;      // bytes of every slot
+    int ranks = 1;
+
+    TRICKLE_HOST_DEVICE std::size_t block_size(std::size_t b) const {
+        const std::size_t i0 = b * B;
+        return n - i0 < B ? n - i0 : B;
+    }
+    TRICKLE_HOST_DEVICE int owner(std::size_t b) const { return detail::chunk_owner(blocks, ranks, b); }
+    TRICKLE_HOST_DEVICE std::size_t first_block(int r) const { return detail::chunk_begin(blocks, ranks, r); }
+    TRICKLE_HOST_DEVICE std::size_t chunk_blocks(int r) const { return detail::chunk_size(blocks, ranks, r); }
+    // Values in chunk r.
+    TRICKLE_HOST_DEVICE std::size_t chunk_values(int r) const {
+        const std::size_t nb = chunk_blocks(r);
+        if (nb == 0) return 0;
+        const std::size_t last = first_block(r) + nb - 1;
+        return (nb - 1) * B + block_size(last);
+    }
+};
+
+// Index b < L.blocks: with a residual, values[i] = feedback_value(values[i], beta,
+// residual[i]) for the block's values; the block encoded into its owner's slot of `slots`
+// (N slots of E bytes); then residual[i] = values[i] - decode(code)[i].
+template <class C, class Words = nearest_words>
+struct encode_slots_body {
+    C codec{};
+    slot_layout at{};
+    float* values = nullptr;
+    float* residual = nullptr; // null: no error feedback
+    float beta = 0.0f;
+    std::byte* slots = nullptr;
+    Words words{};
+
+    TRICKLE_HOST_DEVICE void operator()(std::size_t b) const {
+        const std::size_t i0 = b * at.B, m = at.block_size(b);
+        const int r = at.owner(b);
+        std::byte* out = slots + static_cast<std::size_t>(r) * at.E + codec.block_offset(b - at.first_block(r));
+        float* x = values + i0;
+        if (residual != nullptr)
+            for (std::size_t j = 0; j < m; ++j) x[j] = feedback_value(x[j], beta, residual[i0 + j]);
+        encode_block_with(codec, x, m, out, words, i0);
+        if (residual != nullptr) {
+            float* res = residual + i0;
+            codec.decode_block(out, m, res);
+            for (std::size_t j = 0; j < m; ++j) res[j] = sub_rn(x[j], res[j]);
+        }
+    }
+};
+
+// Index j < L.chunk_blocks(me): block j of chunk `me`, decoded from each of the N slots of
+// `in` (slot q: worker q's encoding of the chunk) and added in rank order into sum
+// (part: scratch of the same size), then encoded into `out` (one slot). Words take the
+// chunk's global value indices.
+template <class C, class Words = nearest_words>
+struct sum_slots_body {
+    C codec{};
+    slot_layout at{};
+    int me = 0;
+    const std::byte* in = nullptr;
+    float* sum = nullptr;
+    float* part = nullptr;
+    std::byte* out = nullptr;
+    Words words{};
+
+    TRICKLE_HOST_DEVICE void operator()(std::size_t j) const {
+        const std::size_t b = at.first_block(me) + j;
+        const std::size_t k0 = j * at.B, m = at.block_size(b);
+        const std::size_t offset = codec.block_offset(j);
+        float* s = sum + k0;
+        float* p = part + k0;
+        codec.decode_block(in + offset, m, s);
+        for (int q = 1; q < at.ranks; ++q) {
+            codec.decode_block(in + static_cast<std::size_t>(q) * at.E + offset, m, p);
+            for (std::size_t t = 0; t < m; ++t) s[t] = add_rn(s[t], p[t]);
+        }
+        encode_block_with(codec, s, m, out + offset, words, b * at.B);
+    }
+};
+
+// Index b < L.blocks: block b decoded from its owner's slot of `in` into values.
+template <class C>
+struct decode_slots_body {
+    C codec{};
+    slot_layout at{};
+    const std::byte* in = nullptr;
+    float* values = nullptr;
+
+    TRICKLE_HOST_DEVICE void operator()(std::size_t b) const {
+        const int r = at.owner(b);
+        const std::byte* code = in + static_cast<std::size_t>(r) * at.E + codec.block_offset(b - at.first_block(r));
+        codec.decode_block(code, at.block_size(b), values + b * at.B);
+    }
+};
+
+// Index s < slots: zeroes the bytes of slot `first_slot + s` past its chunk's encoding.
+template <class C>
+struct zero_slot_tails_body {
+    C codec{};
+    slot_layout at{};
+    std::byte* slots = nullptr; // slot 0 of the launch
+    int first_slot = 0;         // the chunk that slot 0 holds
+
+    TRICKLE_HOST_DEVICE void operator()(std::size_t s) const {
+        const int r = first_slot + static_cast<int>(s);
+        std::byte* slot = slots + s * at.E;
+        for (std::size_t k = codec.wire_bytes(at.chunk_values(r)); k < at.E; ++k) slot[k] = std::byte{0};
+    }
+};
+
+TRICKLE_NAMESPACE_END
