@@ -1,8 +1,9 @@
-// trickle/core.hpp: the core layer (element types, views, parameter groups, Philox, configuration records).
+// trickle/core.hpp: the core layer (element types, views, parameter groups, Philox, configuration records, CRC-32C).
 #pragma once
 
 #include <trickle/config.hpp>
 #include <trickle/core/config_record.hpp>
+#include <trickle/core/crc32c.hpp>
 #include <trickle/core/dtype.hpp>
 #include <trickle/core/memory_space.hpp>
 #include <trickle/core/param_group.hpp>

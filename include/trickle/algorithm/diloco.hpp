@@ -41,6 +41,7 @@
 #include <cstdint>
 #include <istream>
 #include <memory>
+#include <optional>
 #include <ostream>
 #include <sstream>
 #include <string>
@@ -187,9 +188,8 @@ public:
         detail::checkpoint_writer w(os);
         w.header(kind, config_hash_);
         w.section("stats", &stats_, sizeof stats_);
-        w.pod(outer_t_);
-        w.pod(skipped_);
-        w.pod(attempts_);
+        const std::uint64_t counters[3] = {outer_t_, skipped_, attempts_};
+        w.section("outer_counters", counters, sizeof counters);
         const std::vector<float> snap = snapshot();
         w.section("snapshot", snap.data(), snap.size() * sizeof(float));
         std::vector<float> st(state_floats_);
@@ -201,8 +201,13 @@ public:
 
     // Collective; every worker throws the same error if any worker's checkpoint is bad or
     // at a different step, and then nothing changes. The parameters are not part of the
-    // checkpoint: the trainer restores them with its own state.
-    void load(std::istream& is, const std::string& source = "stream") {
+    // checkpoint: the trainer restores them with its own state. `trailing`: whether bytes
+    // may follow the checkpoint in `is` (checkpoint.hpp); `at_step`, when given, the step
+    // the checkpoint must be at (sparta_diloco: its DiLoCo part must be of the same
+    // checkpoint as the SPARTA part it already read).
+    void load(std::istream& is, const std::string& source = "stream",
+              checkpoint_trailing trailing = checkpoint_trailing::refuse,
+              std::optional<std::uint64_t> at_step = std::nullopt) {
         std::string err;
         exchange_stats st{};
         std::uint64_t outer_t = 0, skipped = 0, attempts = 0;
@@ -212,13 +217,19 @@ public:
             detail::checkpoint_reader r(is);
             r.header(kind, config_hash_);
             r.section("stats", &st, sizeof st);
-            outer_t = r.pod<std::uint64_t>();
-            skipped = r.pod<std::uint64_t>();
-            attempts = r.pod<std::uint64_t>();
+            std::uint64_t counters[3] = {};
+            r.section("outer_counters", counters, sizeof counters);
+            outer_t = counters[0];
+            skipped = counters[1];
+            attempts = counters[2];
             r.section("snapshot", snap.data(), snap.size() * sizeof(float));
             r.section("outer_state", state.data(), state.size() * sizeof(float));
             if (feedback()) r.section("residual", residual.data(), residual.size() * sizeof(float));
-            r.finish();
+            r.finish(trailing);
+            if (at_step && st.steps != *at_step)
+                throw invalid_argument(detail::concat("checkpoint: the DiLoCo part is at step ", st.steps,
+                                                      ", the SPARTA part at ", *at_step,
+                                                      " (parts of two different checkpoints)"));
         } catch (const error& e) {
             err = e.what();
         }
@@ -551,14 +562,19 @@ public:
         outer_.save(os);
     }
 
-    // Collective. If the DiLoCo part fails after the SPARTA part loaded, the SPARTA part
-    // is put back as it was, on every worker alike (the failure is collective).
-    void load(std::istream& is, const std::string& source = "stream") {
+    // Collective. The two parts are two checkpoints in a row: the SPARTA part is read
+    // leaving what follows it, the DiLoCo part under the caller's trailing rule, and it
+    // must be at the SPARTA part's step (each part's checksums cover only that part, and
+    // the two count the same steps). If the DiLoCo part fails after the SPARTA part
+    // loaded, the SPARTA part is put back as it was, on every worker alike (the failure
+    // is collective).
+    void load(std::istream& is, const std::string& source = "stream",
+              checkpoint_trailing trailing = checkpoint_trailing::refuse) {
         std::ostringstream backup;
         sparse_.save(backup);
-        sparse_.load(is, source);
+        sparse_.load(is, source, checkpoint_trailing::leave);
         try {
-            outer_.load(is, source);
+            outer_.load(is, source, trailing, sparse_.stats().steps);
         } catch (...) {
             std::istringstream restore(backup.str());
             sparse_.load(restore, "backup");

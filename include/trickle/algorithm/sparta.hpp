@@ -233,8 +233,10 @@ public:
 
     // Collective: reads a checkpoint written by save() under the same configuration.
     // Every worker throws the same error if any worker's checkpoint is unreadable,
-    // corrupt, foreign, or at a different step; the state is then unchanged.
-    void load(std::istream& is, const std::string& source = "stream") {
+    // corrupt, foreign, or at a different step; the state is then unchanged. `trailing`:
+    // whether bytes may follow the checkpoint in `is` (checkpoint.hpp).
+    void load(std::istream& is, const std::string& source = "stream",
+              checkpoint_trailing trailing = checkpoint_trailing::refuse) {
         std::string err;
         exchange_stats st{};
         Sampler sam = sampler_;
@@ -245,7 +247,7 @@ public:
             r.section("stats", &st, sizeof st);
             std::istringstream ss(r.blob("sampler"));
             if constexpr (requires { sam.load(ss); }) sam.load(ss);
-            r.finish();
+            r.finish(trailing);
         } catch (const error& e) {
             err = e.what();
         }

@@ -95,19 +95,23 @@ public:
         for (const auto& a : algos_) a.save(os);
     }
 
-    // Collective. If any group fails to load, the groups already loaded are put back, on
-    // every worker alike, and the error is rethrown.
-    void load(std::istream& is, const std::string& source = "stream") {
+    // Collective. The groups' checkpoints follow each other in `is`: every group but the
+    // last is read leaving what follows it, the last under `trailing` (checkpoint.hpp).
+    // If any group fails to load, the groups already loaded are put back, on every worker
+    // alike, and the error is rethrown.
+    void load(std::istream& is, const std::string& source = "stream",
+              checkpoint_trailing trailing = checkpoint_trailing::refuse) {
         std::ostringstream backup;
         save(backup);
         std::size_t loaded = 0;
+        auto rule = [&](std::size_t g) { return g + 1 < algos_.size() ? checkpoint_trailing::leave : trailing; };
         try {
-            for (; loaded < algos_.size(); ++loaded) algos_[loaded].load(is, source);
+            for (; loaded < algos_.size(); ++loaded) algos_[loaded].load(is, source, rule(loaded));
         } catch (...) {
             std::istringstream restore(backup.str());
             for (std::size_t g = 0; g < algos_.size(); ++g) {
                 if (g < loaded) {
-                    algos_[g].load(restore, "backup");
+                    algos_[g].load(restore, "backup", checkpoint_trailing::leave);
                 } else {
                     std::ostringstream skip;
                     algos_[g].save(skip); // same size as this group's part of the backup
@@ -123,9 +127,10 @@ public:
         save(os);
         return os.str();
     }
+    // The whole string is the state: bytes after the last group's checkpoint are an error.
     void load_bytes(const std::string& bytes) {
         std::istringstream is(bytes);
-        load(is, "state_dict");
+        load(is, "state_dict", checkpoint_trailing::refuse);
     }
 
 protected:

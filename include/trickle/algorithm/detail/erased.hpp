@@ -6,6 +6,7 @@
 // execution space, and turns a space the engine cannot use into a clear runtime error.
 #pragma once
 
+#include <trickle/algorithm/checkpoint.hpp>
 #include <trickle/algorithm/stats.hpp>
 #include <trickle/config.hpp>
 #include <trickle/error.hpp>
@@ -32,7 +33,7 @@ public:
     virtual const exchange_stats& sparse_stats() const = 0;
     virtual const exchange_stats& outer_stats() const = 0;
     virtual void save(std::ostream&) const = 0;
-    virtual void load(std::istream&, const std::string& source) = 0;
+    virtual void load(std::istream&, const std::string& source, checkpoint_trailing trailing) = 0;
 };
 
 template <class Engine>
@@ -58,7 +59,9 @@ public:
             return engine_.stats();
     }
     void save(std::ostream& os) const override { engine_.save(os); }
-    void load(std::istream& is, const std::string& source) override { engine_.load(is, source); }
+    void load(std::istream& is, const std::string& source, checkpoint_trailing trailing) override {
+        engine_.load(is, source, trailing);
+    }
 
     Engine& engine() { return engine_; }
 
@@ -88,7 +91,11 @@ public:
     }
     const exchange_stats& stats() const { return get("stats").stats(); }
     void save(std::ostream& os) const { get("save").save(os); }
-    void load(std::istream& is, const std::string& source = "stream") { get("load").load(is, source); }
+    // Reads a checkpoint; `trailing`: whether bytes may follow it in `is` (checkpoint.hpp).
+    void load(std::istream& is, const std::string& source = "stream",
+              checkpoint_trailing trailing = checkpoint_trailing::refuse) {
+        get("load").load(is, source, trailing);
+    }
 
     // Whether this object holds an algorithm.
     explicit operator bool() const { return impl_ != nullptr; }
