@@ -13,6 +13,8 @@
 
 #include <trickle/algorithm/flat_params.hpp>
 #include <trickle/algorithm/sparta.hpp>
+#include <trickle/codec/codecs.hpp>
+#include <trickle/kernels/codec_pass.hpp>
 #include <trickle/comm/local_cuda.hpp>
 #include <trickle/core/dtype.hpp>
 #include <trickle/core/philox.hpp>
@@ -760,6 +762,50 @@ void bm_timeline(benchmark::State& state, const timeline_case c, Sampler sampler
     if (graph.kernels < 0) state.SetLabel("not captured: " + graph.why);
 }
 
+// ---------------------------------------------------------------- codecs
+// The device codec passes of the encoded all-reduce (kernels/codec_pass.hpp) over 16M
+// values laid out for 4 workers: the encode pass (fp32 values read, codes written) and the
+// decode pass (codes read, fp32 written), each alone, as a share of B_copy. Bytes moved:
+// 4 n + wire_bytes(n).
+
+std::size_t codec_values() { return tb::smoke() ? (std::size_t{1} << 16) : (std::size_t{16} << 20); }
+
+using trickle::decode_slots_body;
+using trickle::encode_slots_body;
+using trickle::slot_layout;
+namespace codec = trickle::codec;
+namespace exec = trickle::exec;
+
+template <class C>
+void bm_codec(benchmark::State& state, C c, bool encode) {
+    const std::size_t n = codec_values();
+    const int ranks = 4;
+    const std::size_t B = c.block_values();
+    const std::size_t blocks = (n + B - 1) / B;
+    std::size_t E = 0;
+    for (int r = 0; r < ranks; ++r) {
+        const std::size_t nb = trickle::detail::chunk_size(blocks, ranks, r);
+        E = std::max(E, c.wire_bytes(std::min(nb * B, n)));
+    }
+    const slot_layout at{n, B, blocks, E, ranks};
+    buffer<float, cuda_space> values(n);
+    buffer<std::byte, cuda_space> slots(static_cast<std::size_t>(ranks) * E);
+    fill_kernel<float><<<1024, 256, 0, stream>>>(values.data(), n);
+    TRICKLE_CUDA_CHECK(cudaGetLastError());
+    const double bytes = 4.0 * static_cast<double>(n) + static_cast<double>(c.wire_bytes(n));
+    double total = 0;
+    run_timed(
+        state,
+        [&](int) {
+            if (encode)
+                for_each_index(exec::cuda{stream, 0}, blocks, encode_slots_body<C>{c, at, values.data(), nullptr, 0.0f, slots.data(), {}});
+            else
+                for_each_index(exec::cuda{stream, 0}, blocks, decode_slots_body<C>{c, at, slots.data(), values.data()});
+        },
+        [&](long long) { total += bytes; });
+    tb::report(state, {total, total}, b_copy);
+}
+
 // ---------------------------------------------------------------- registration
 
 template <class T>
@@ -787,6 +833,19 @@ void register_timeline(const timeline_case& c) {
 void register_all() {
     benchmark::RegisterBenchmark("copy/kernel/512MB", bm_copy, false)->UseManualTime()->Unit(benchmark::kMicrosecond);
     benchmark::RegisterBenchmark("copy/memcpy/512MB", bm_copy, true)->UseManualTime()->Unit(benchmark::kMicrosecond);
+    const auto codec_case = [](const char* name, auto c) {
+        for (const bool encode : {true, false})
+            benchmark::RegisterBenchmark((std::string("codec/") + (encode ? "encode/" : "decode/") + name + "/16M").c_str(),
+                                         bm_codec<decltype(c)>, c, encode)
+                ->UseManualTime()
+                ->Unit(benchmark::kMicrosecond);
+    };
+    codec_case("bf16", codec::bf16{});
+    codec_case("fp8_e4m3", codec::fp8_e4m3{});
+    codec_case("fp8_block64", codec::fp8_block{});
+    codec_case("int8_block64", codec::int8_block{});
+    codec_case("int4_block64", codec::int4_block{});
+    codec_case("sign2_block64", codec::sign2_block{});
     for (const tb::exchange_case& c : tb::exchange_cases(true)) {
         if (c.dtype == tb::dtype_id::fp32)
             register_exchange<float>(c);

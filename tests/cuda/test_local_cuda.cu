@@ -1,5 +1,5 @@
 // comm::local_cuda: N workers as threads over one GPU give comm::local's bits, byte counts
-// and argument errors. (The algorithms over it, against the host: test_device_sparta.cu and
+// and argument errors (all-reduce, send_recv, broadcast, and the byte collectives). (The algorithms over it, against the host: test_device_sparta.cu and
 // test_device_diloco.cu.)
 #include <trickle/comm/local.hpp>
 #include <trickle/comm/local_cuda.hpp>
@@ -171,6 +171,22 @@ void script(Comm& c, Side& side, outcome& o) {
     }
     o.traffic.push_back(c.traffic());
 
+    // Byte collectives of uneven sizes; the sender overwrites its send buffer right after.
+    for (std::size_t m : {std::size_t{1}, std::size_t{257}, big / 8}) {
+        const auto M = static_cast<std::size_t>(N) * m;
+        float* send = side.make(values(r, M, 4));
+        float* gathered = side.make(std::vector<float>(M));
+        float* exchanged = side.make(std::vector<float>(M));
+        c.all_gather(send, gathered, m * sizeof(float));
+        for_each_index(ex, M, flip_body{send, 13.0f});
+        c.all_to_all(send, exchanged, m * sizeof(float));
+        for_each_index(ex, M, flip_body{send, 17.0f});
+        results.push_back({gathered, M});
+        results.push_back({exchanged, M});
+        results.push_back({send, M});
+    }
+    o.traffic.push_back(c.traffic());
+
     // Control plane and barrier.
     const record mine{r, {'l', 'c', static_cast<char>('0' + r % 10), 0}, 0.25 * r};
     o.gathered.resize(static_cast<std::size_t>(N));
@@ -188,6 +204,9 @@ void script(Comm& c, Side& side, outcome& o) {
         const std::uint64_t mine2[2] = {1, 2};
         std::vector<std::uint64_t> words(static_cast<std::size_t>(N) * 2);
         o.errors.push_back(error_kind([&] { c.all_gather_bytes(mine2, words.data(), r == 0 ? 8 : 16); }));
+        float* wide = side.make(std::vector<float>(static_cast<std::size_t>(N) * 8));
+        o.errors.push_back(error_kind([&] { c.all_gather(p, wide, r == 0 ? 8 : 12); }));
+        o.errors.push_back(error_kind([&] { c.all_to_all(wide, wide + N * 4, r == N - 1 ? 4 : 8); }));
         results.push_back({p, 6});
         // Still usable afterwards.
         c.all_reduce_sum(p, 6);
@@ -306,6 +325,9 @@ TEST_CASE("local_cuda: bad pointers, peers and roots throw invalid_argument on e
         e.push_back(what([&] { c.send_recv(dev.data(), 4, to, dev.data(), 4, (r + N - 1) % N); }));
         e.push_back(what([&] { c.send_recv(dev.data(), 4, r, r == 0 ? host.data() : dev.data(), 4, r); }));
         e.push_back(what([&] { c.all_gather_bytes(dev.data(), host.data(), 4); }));
+        buffer<float, cuda_space> wide(4 * N);
+        e.push_back(what([&] { c.all_gather(dev.data(), r == 2 ? host.data() : wide.data(), 4); }));
+        e.push_back(what([&] { c.all_to_all(r == 0 ? host.data() : wide.data(), wide.data(), 4); }));
         after[static_cast<std::size_t>(r)] = c.traffic();
         // Still usable: a sum of ones.
         buffer<float, cuda_space> ones(5);
@@ -320,7 +342,7 @@ TEST_CASE("local_cuda: bad pointers, peers and roots throw invalid_argument on e
     for (int r = 0; r < N; ++r) {
         INFO("rank ", r);
         const auto& e = seen[static_cast<std::size_t>(r)];
-        REQUIRE(e.size() == 7);
+        REQUIRE(e.size() == 9);
         for (const auto& s : e) CHECK(contains(s, "invalid_argument: comm::local_cuda"));
         // The rank at fault names its own problem; the others name the rank.
         CHECK(contains(e[0], r == 1 ? "data is null with 4 elements" : "rank 1 passed an invalid argument"));
@@ -330,6 +352,8 @@ TEST_CASE("local_cuda: bad pointers, peers and roots throw invalid_argument on e
         CHECK(contains(e[4], "rank 1 passed a peer out of range"));
         CHECK(contains(e[5], r == 0 ? "recv points to host memory" : "rank 0 passed an invalid argument"));
         CHECK(contains(e[6], "all_gather_bytes"));
+        CHECK(contains(e[7], r == 2 ? "recv points to host memory" : "rank 2 passed an invalid argument"));
+        CHECK(contains(e[8], r == 0 ? "send points to host memory" : "rank 0 passed an invalid argument"));
         CHECK(after[static_cast<std::size_t>(r)] == before[static_cast<std::size_t>(r)]);
         CHECK(sums[static_cast<std::size_t>(r)] == std::vector<float>(5, 3.0f));
     }

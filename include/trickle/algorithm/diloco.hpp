@@ -195,7 +195,10 @@ public:
         std::vector<float> st(state_floats_);
         copy_to_host(st.data(), state_, state_floats_);
         w.section("outer_state", st.data(), st.size() * sizeof(float));
-        if (feedback()) w.section("residual", residual_.data(), residual_.size() * sizeof(float));
+        if (feedback()) {
+            const std::vector<float> res = residual();
+            w.section("residual", res.data(), res.size() * sizeof(float));
+        }
         w.finish();
     }
 
@@ -240,7 +243,7 @@ public:
         comm_.synchronize();
         copy_from_host(snapshot_, snap.data(), n_);
         copy_from_host(state_, state.data(), state_floats_);
-        residual_ = std::move(residual);
+        set_residual(std::move(residual));
         st.initial = stats_.initial; // what this object's construction sent, not the saved run's
         stats_ = st;
         outer_t_ = outer_t;
@@ -318,7 +321,13 @@ private:
                 codec_scratch_.reserve(codec_, n_, comm_.size());
             }
         }
-        if (feedback()) residual_.assign(n_, 0.0f);
+        if constexpr (on_device) {
+            if constexpr (byte_communicator<Comm> && !sparsified)
+                if (encoded_) device_codec_scratch_.reserve(codec_, n_, comm_.size(), ex_);
+            if (feedback()) residual_dev_ = buffer<float, Space>(n_, ex_);
+        } else {
+            if (feedback()) residual_.assign(n_, 0.0f);
+        }
         if constexpr (on_device) {
             const std::vector<std::uint32_t> tiles = detail::tile_segments(flat_.host_view());
             tile_seg_ = buffer<std::uint32_t, cuda_space>(tiles.size(), ex_);
@@ -416,6 +425,23 @@ private:
 
     bool feedback() const { return options_.error_feedback > 0.0 && !detail::plain_codec(codec_); }
 
+    // The error-feedback residual on the host (empty without feedback), and its restore.
+    std::vector<float> residual() const {
+        if constexpr (on_device) {
+            std::vector<float> out(residual_dev_.size());
+            copy_to_host(out.data(), residual_dev_.data(), out.size());
+            return out;
+        } else {
+            return residual_;
+        }
+    }
+    void set_residual(std::vector<float> r) {
+        if constexpr (on_device)
+            copy_from_host(residual_dev_.data(), r.data(), r.size());
+        else
+            residual_ = std::move(r);
+    }
+
     // One outer step through the codec with the passes fused into the encoding and the
     // decoding (codec::encoded_all_reduce_tiled); the same bits and bytes as the unfused
     // path. The weights' sum goes first, so that the update can divide by it.
@@ -451,7 +477,9 @@ private:
     wire_codec codec_;
     bool encoded_ = false; // a codec other than fp32: the deltas go through codec::encoded_all_reduce
     codec_scratch codec_scratch_;
-    std::vector<float> residual_; // error feedback: this worker's compression error of the last outer step
+    std::vector<float> residual_; // error feedback: this worker's compression error of the last outer step (host)
+    buffer<float, Space> residual_dev_; // the same for cuda_space parameters, on the device
+    codec::block_reduce_scratch<cuda_space> device_codec_scratch_; // cuda_space with a value codec
     flat_params<T, Space> flat_;
     std::size_t n_ = 0;
     std::size_t state_floats_ = 0;
@@ -501,7 +529,22 @@ void diloco_engine<Outer, Topology, T, Space, Comm, Codec>::outer_step_cuda(cons
         detail::device_stream(ex, flat_.view(), tile_seg_.data(), 0, n_, detail::delta_piece<T>{delta});
         if (options_.prune_fraction > 0.0)
             detail::prune_device(ex, buf, flat_.layout(), options_.prune_fraction, prune_scratch_);
-        detail::topology_reduce(topology_, ex, comm_, buf, n_ + 1, ws_, reduce_context{options_.seed, attempts_ - 1});
+        if constexpr (byte_communicator<Comm> && !sparsified) {
+            // Through a lossy codec the deltas are encoded and the weight is summed apart,
+            // exactly (as on the host).
+            if (encoded_) {
+                if (options_.stochastic_rounding)
+                    detail::refuse_capture(ex, "diloco::step: stochastic rounding draws new words at every outer "
+                                               "step, which a captured CUDA graph would replay unchanged");
+                codec::encoded_all_reduce_blocks(
+                    codec_, comm_, ex, buf, n_, device_codec_scratch_, feedback() ? residual_dev_.data() : nullptr,
+                    static_cast<float>(options_.error_feedback),
+                    codec::rounding{options_.stochastic_rounding, options_.seed, attempts_ - 1});
+                comm_.all_reduce_sum(buf + n_, 1);
+            }
+        }
+        if (!encoded_)
+            detail::topology_reduce(topology_, ex, comm_, buf, n_ + 1, ws_, reduce_context{options_.seed, attempts_ - 1});
         const auto rule = outer_.prepare(++outer_t_);
         using rule_type = std::remove_cvref_t<decltype(rule)>;
         const outer_update_body<T, rule_type> update{flat_.view(), snapshot_, state_, dense_wire<float>{buf}, rule,

@@ -289,6 +289,8 @@ private:
         encoded_ = !detail::plain_codec(codec_);
         if constexpr (!on_device && byte_communicator<Comm>)
             if (encoded_) codec_scratch_.reserve(codec_, capacity_, comm_.size());
+        if constexpr (on_device && byte_communicator<Comm>)
+            if (encoded_) device_codec_scratch_.reserve(codec_, capacity_, comm_.size(), ex_);
         if constexpr (on_device) {
             // A topology that draws its groups per exchange (gossip, islands, exponential) decides
             // on the host at every step, which a captured graph would freeze.
@@ -368,6 +370,7 @@ private:
     wire_codec codec_;
     bool encoded_ = false; // a codec other than fp32: the exchange goes through codec::encoded_all_reduce
     codec::reduce_scratch codec_scratch_;
+    codec::block_reduce_scratch<cuda_space> device_codec_scratch_; // cuda_space with a codec
     flat_params<T, Space> flat_;
     workspace<float, Space, 4> ws_;
     exchange_stats stats_{};
@@ -400,7 +403,19 @@ void sparta_engine<Sampler, Schedule, Topology, T, Space, Comm, Codec>::exchange
             detail::device_plan(ex, flat_.view(), sel, detail::keep_selection{}, device_state_);
         }
         detail::device_move<true>(ex, flat_.view(), sel, device_state_, buf, 1.0f);
-        const int group = detail::topology_reduce(topology_, ex, comm_, buf, count, ws_, reduce_context{options_.seed, stats_.exchanges});
+        int group = 0;
+        if constexpr (byte_communicator<Comm>) {
+            if (encoded_) {
+                if (options_.stochastic_rounding)
+                    detail::refuse_capture(ex, "sparta::step: stochastic rounding draws new words at every exchange, "
+                                               "which a captured CUDA graph would replay unchanged");
+                group = codec::encoded_all_reduce_blocks(
+                    codec_, comm_, ex, buf, count, device_codec_scratch_, nullptr, 0.0f,
+                    codec::rounding{options_.stochastic_rounding, options_.seed, stats_.exchanges});
+            }
+        }
+        if (!encoded_)
+            group = detail::topology_reduce(topology_, ex, comm_, buf, count, ws_, reduce_context{options_.seed, stats_.exchanges});
         detail::device_move<false>(ex, flat_.view(), sel, device_state_, buf, 1.0f / static_cast<float>(group));
         count_exchange(before, count);
     } else {

@@ -408,6 +408,15 @@ public:
         traffic_.count_broadcast(n * sizeof(float), size(), rank_ == root);
     }
 
+    // Byte collectives on the stream (trickle::byte_communicator), DEVICE pointers: every
+    // rank passes the same size b.
+    //   all_gather: recv[q*b .. (q+1)*b) = rank q's send
+    //   all_to_all: recv[q*b .. (q+1)*b) = rank q's send[r*b .. (r+1)*b) on rank r
+    // Each rank copies its N blocks from the peers' send buffers on its own stream (after
+    // their ready events); the peers' later work waits until every copy from them is done.
+    void all_gather(const void* send, void* recv, std::size_t bytes) { gather_from_peers("all_gather", send, recv, bytes, false); }
+    void all_to_all(const void* send, void* recv, std::size_t bytes) { gather_from_peers("all_to_all", send, recv, bytes, true); }
+
     // Every rank's host thread reaches the barrier before any leaves it, and every
     // stream waits for the work that every rank had enqueued on its own stream before the
     // barrier: work enqueued after barrier() on any stream runs after work enqueued before
@@ -491,6 +500,50 @@ private:
             if (q != rank_) wait_for(events, q);
     }
 
+    // all_gather (to_all false: block q is all of q's send) and all_to_all (block q is
+    // q's send block `rank_`), N blocks of `bytes` each.
+    void gather_from_peers(const char* op, const void* send, void* recv, std::size_t bytes, bool to_all) {
+        const int N = world_->size_;
+        const std::size_t total = static_cast<std::size_t>(N) * bytes;
+        guarded(op, [&] {
+            auto& w = *world_;
+            detail::device_scope on(w.device_);
+            std::string mine = capture_problem();
+            if (mine.empty())
+                mine = detail::local_cuda_pointer_problem(send, to_all ? total : bytes, w.device_, "send");
+            if (mine.empty()) mine = detail::local_cuda_pointer_problem(recv, total, w.device_, "recv");
+            w.slots_[static_cast<std::size_t>(rank_)] =
+                local_cuda_world::slot{send, recv, bytes, -1, -1, 0, mine.empty() ? slot_ok : slot_bad_argument};
+            if (mine.empty()) post_ready();
+            w.arrive_and_wait(op);
+            verdict v;
+            for (int r = 0; r < N && v.ok(); ++r)
+                if (slot_of(r).count != bytes)
+                    v = {comm_mismatch, detail::concat("comm::local_cuda ", op, ": ranks passed different sizes: rank ", r,
+                                                       " passed ", slot_of(r).count, " bytes, rank ", rank_, " passed ",
+                                                       bytes)};
+            if (v.ok()) v = argument_verdict(op, mine);
+            if (!v.ok()) fail(op, v);
+            if (bytes != 0) {
+                const std::size_t from = to_all ? static_cast<std::size_t>(rank_) * bytes : 0;
+                for (int q = 0; q < N; ++q) {
+                    if (q != rank_) wait_for(w.ready_, q);
+                    TRICKLE_CUDA_CHECK(cudaMemcpyAsync(static_cast<unsigned char*>(recv) + static_cast<std::size_t>(q) * bytes,
+                                                       static_cast<const unsigned char*>(slot_of(q).src) + from, bytes,
+                                                       cudaMemcpyDeviceToDevice, stream_));
+                }
+            }
+            post_done();
+            w.arrive_and_wait(op);
+            // Every peer's stream reads my send buffer: my later work waits until it has.
+            if (bytes != 0) wait_for_peers(w.done_);
+        });
+        if (to_all)
+            traffic_.count_all_to_all(bytes, N);
+        else
+            traffic_.count_all_gather(bytes, N);
+    }
+
     // Runs one collective. Argument errors (invalid_argument, comm_error) are agreed by
     // every rank and leave the world usable; anything else (a failed CUDA call, no
     // memory) happened on this rank alone, between barriers its peers are waiting at, so
@@ -530,7 +583,7 @@ inline local_cuda local_cuda_world::rank(int r, cudaStream_t stream) {
     return local_cuda(this, r, stream);
 }
 
-static_assert(communicator<local_cuda>);
+static_assert(byte_communicator<local_cuda>);
 
 // Runs fn(comm) for every rank of a new local_cuda_world on `device`, one thread each
 // (with `device` current) and one new non-blocking stream each, and waits for all: each

@@ -2,7 +2,8 @@
 //
 // An algorithm's exchange travels as fp32 sums through its topology (the codec fp32, the
 // default: today's wire, bit for bit) or, with any other codec, through
-// codec::encoded_all_reduce. These helpers decide which, and check at construction, on
+// codec::encoded_all_reduce (host parameters) or codec::encoded_all_reduce_blocks (device
+// parameters, the same bits). These helpers decide which, and check at construction, on
 // every worker (the config record), what the encoded path needs.
 #pragma once
 
@@ -74,9 +75,10 @@ void describe_codec(const W& c, const Top& top, config_record& rec, const char* 
     if (plain_codec(c)) return;
     const char* name = W::name;
     if constexpr (std::is_same_v<W, codec::any>) name = c.held_name();
-    if constexpr (std::is_same_v<Space, cuda_space>)
+    if constexpr (std::is_same_v<Space, cuda_space> && codec::sparsifier_policy<W>)
         rec.set_error(concat(kind, ": the ", name,
-                             " codec runs on host parameters in this version (device parameters exchange fp32)"));
+                             " sparsifier runs on host parameters in this version (device parameters take value "
+                             "codecs: bf16, fp16, fp8, fp8_block, int8, int4, sign2)"));
     if constexpr (!byte_communicator<Comm>)
         rec.set_error(concat(kind, ": the ", name,
                              " codec needs a communicator with all_gather and all_to_all (trickle::byte_communicator)"));
