@@ -7,6 +7,7 @@
 #include <test_support.hpp>
 
 #include <cstdint>
+#include <functional>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -194,6 +195,43 @@ TEST_CASE("torch wrappers: a checkpoint continues bit for bit") {
     }));
     for (int r = 0; r < N; ++r)
         CHECK(trickle_test::bitwise_equal(resumed[static_cast<std::size_t>(r)], straight[static_cast<std::size_t>(r)]));
+}
+
+TEST_CASE("torch wrappers: a damaged or extended two-group state is refused on every rank and changes nothing") {
+    const int N = 2;
+    // Two groups (fp32 and fp16): their checkpoints follow each other in the state, so a
+    // refusal in the second group must put the first group back.
+    auto attempt = [&](const std::function<void(std::string&)>& damage) {
+        return run_gloo(N, [&](comm::process_group& c) {
+            net m(4, 8, 2, 3);
+            m->fc2->to(at::kHalf);
+            trickle::torch::diloco<outer::nesterov> d(m, c, {.interval = 2, .broadcast_initial = false},
+                                                      {.lr = 0.7f, .momentum = 0.9f});
+            if (d.group_count() != 2) throw std::logic_error("expected two groups");
+            for (int t = 0; t < 2; ++t) {
+                perturb(*m, c.rank(), t);
+                d.step();
+            }
+            std::string state = d.save_bytes();
+            for (int t = 2; t < 5; ++t) {
+                perturb(*m, c.rank(), t);
+                d.step();
+            }
+            const std::string before = d.save_bytes();
+            damage(state);
+            try {
+                d.load_bytes(state);
+            } catch (const trickle::error&) {
+                if (d.save_bytes() != before) throw std::logic_error("state changed by a failed load");
+                throw;
+            }
+        });
+    };
+    require_all(attempt([](std::string& s) { s += "x"; }), "checkpoint: unexpected bytes after the end marker");
+    require_all(attempt([](std::string& s) { s.back() = static_cast<char>(s.back() ^ 1); }),
+                "checkpoint: checksum mismatch in end marker");
+    require_all(attempt([](std::string& s) { s[40] = static_cast<char>(s[40] ^ 0x20); }), "checkpoint: ");
+    require_ok(attempt([](std::string&) {}));
 }
 
 TEST_CASE("torch wrappers: bad input throws the same kind of error on every rank, without a hang") {

@@ -14,8 +14,11 @@
 // section spliced in from another checkpoint are all caught, and the first record whose
 // checksum fails is the one named in the error. Readers check each record's name, size
 // and checksum as they go and hand out nothing unverified; the algorithms read into
-// temporaries and apply them only after the whole checkpoint verified on every worker.
-// A checkpoint written under another configuration or layout is refused by the hash.
+// temporaries and apply them only after the whole checkpoint verified on every worker
+// (those made of several checkpoints, below, apply part by part and put the applied
+// parts back when a later part is refused). A checkpoint written under another
+// configuration or layout is refused by the hash. The checksums guard against damage,
+// not against deliberate edits: anyone can recompute them.
 //
 // Trailing bytes: a checkpoint ends with its end record. A top-level load (load_checkpoint,
 // load_bytes, Algorithm::load with its default checkpoint_trailing::refuse) requires its
