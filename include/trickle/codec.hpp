@@ -6,5 +6,6 @@
 
 #include <trickle/codec/any.hpp>
 #include <trickle/codec/codecs.hpp>
+#include <trickle/codec/link.hpp>
 #include <trickle/codec/reduce.hpp>
 #include <trickle/codec/sparse.hpp>

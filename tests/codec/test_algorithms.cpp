@@ -223,13 +223,13 @@ TEST_CASE("codecs: bad configurations are refused on every worker, naming what i
             x.group, c, {.fraction = 0.1}, {}, {}, {},
             c.rank() == 1 ? codec::any{codec::int4_block{}} : codec::any{codec::int8_block{}});
     }, "codec: rank 0 has int8, rank 1 has int4");
+    using topk = codec::chunk_topk<codec::sign2_block>;
     expect([](model<float>& x, comm::local& c) {
-        sparta<sampler::uniform, schedule::constant, topology::ring, codec::bf16>(x.group, c, {.fraction = 0.1});
-    }, "sparta: the bf16 codec sums through the all_reduce topology, not ring");
+        diloco<outer::nesterov, topology::ring, topk>(x.group, c, {}, {}, {}, topk{});
+    }, "diloco: the chunk_topk sparsifier sums through the all_reduce topology, not ring");
     expect([](model<float>& x, comm::local& c) {
-        sparta<sampler::uniform, schedule::constant, topology::any, codec::fp8_e4m3>(x.group, c, {.fraction = 0.1}, {}, {},
-                                                                                     topology::gossip{});
-    }, "not any (holding another topology)");
+        diloco<outer::nesterov, topology::any, topk>(x.group, c, {}, {}, topology::gossip{}, topk{});
+    }, "sparsifier sums through the all_reduce topology, not gossip");
     expect([](model<float>& x, comm::local& c) { diloco<>(x.group, c, {.error_feedback = 0.5}); },
            "error_feedback needs a lossy codec");
     expect([](model<float>& x, comm::local& c) {

@@ -1,6 +1,7 @@
 // Compression on the device: SPARTA, DiLoCo and SPARTA + DiLoCo with value codecs (bf16,
 // fp8, fp8_block, int8, int4, sign2; stochastic rounding; error feedback) over N workers on
-// one GPU (comm::local_cuda's byte collectives) give exactly the host's replicas; the
+// one GPU (comm::local_cuda's byte collectives, and codec::encoded_link through the gossip,
+// ring, islands and exponential topologies) give exactly the host's replicas; the
 // device's error-feedback residual survives a checkpoint; sparsifiers are refused on the
 // device, on every worker.
 #include "device_path.hpp"
@@ -62,6 +63,40 @@ TEST_CASE_TEMPLATE("N workers on one GPU give the host's replicas through every 
                            g, c, {.fraction = 0.02, .seed = 1}, {.interval = 3, .error_feedback = 0.5});
                    },
                    "sparta (bf16) + diloco (int8, error feedback)");
+    }
+}
+
+TEST_CASE_TEMPLATE("through gossip, ring and islands (codec::encoded_link) N workers on one GPU give the host's "
+                   "replicas",
+                   T, float, trickle::bfloat16) {
+    for (int workers : {2, 3, 4}) {
+        const auto& layout = odd_layout;
+        compare<T>(workers, layout, 5,
+                   [](const auto& g, auto& c) {
+                       return sparta<sampler::uniform, schedule::constant, topology::gossip, codec::int8_block>(
+                           g, c, {.fraction = 0.05, .seed = 3, .stochastic_rounding = true});
+                   },
+                   "sparta gossip int8 stochastic");
+        compare<T>(workers, layout, 5,
+                   [](const auto& g, auto& c) {
+                       return sparta<sampler::uniform, schedule::constant, topology::ring, codec::fp8_e4m3>(
+                           g, c, {.fraction = 0.02, .seed = 3});
+                   },
+                   "sparta ring fp8");
+        compare<T>(workers, layout, 6,
+                   [](const auto& g, auto& c) {
+                       diloco_options o{.interval = 2, .seed = 5, .error_feedback = 0.9};
+                       o.weight = 1.0f + 0.25f * static_cast<float>(c.rank());
+                       return diloco<outer::nesterov, topology::islands, codec::sign2_block>(
+                           g, c, o, {}, topology::islands{.size = 3}, codec::sign2_block{});
+                   },
+                   "diloco islands(3) sign2, error feedback");
+        compare<T>(workers, layout, 6,
+                   [](const auto& g, auto& c) {
+                       return diloco<outer::nesterov, topology::any, codec::any>(
+                           g, c, {.interval = 3, .seed = 5}, {}, topology::exponential{}, codec::bf16{});
+                   },
+                   "diloco exponential bf16 (any)");
     }
 }
 

@@ -314,16 +314,19 @@ private:
         ws_.reserve(0, n_ + 1);
         detail::reserve_topology_scratch<Topology>(ws_, n_ + 1);
         encoded_ = !detail::plain_codec(codec_);
+        summed_ = encoded_ && detail::is_all_reduce(topology_);
         if constexpr (!on_device && byte_communicator<Comm>) {
             if constexpr (sparsified) {
                 if (codec_.error().empty()) codec_.reserve_scratch(codec_scratch_, n_, comm_.size());
-            } else if (encoded_) {
+            } else if (summed_) {
                 codec_scratch_.reserve(codec_, n_, comm_.size());
             }
         }
+        if constexpr (!sparsified)
+            if (encoded_ && !summed_) link_.reserve(codec_, n_, ex_);
         if constexpr (on_device) {
             if constexpr (byte_communicator<Comm> && !sparsified)
-                if (encoded_) device_codec_scratch_.reserve(codec_, n_, comm_.size(), ex_);
+                if (summed_) device_codec_scratch_.reserve(codec_, n_, comm_.size(), ex_);
             if (feedback()) residual_dev_ = buffer<float, Space>(n_, ex_);
         } else {
             if (feedback()) residual_.assign(n_, 0.0f);
@@ -385,10 +388,11 @@ private:
         float* buf = ws_.get(0, n_ + 1);
         const traffic_counters before = comm_.traffic();
         if constexpr (!on_device && byte_communicator<Comm> && !sparsified) {
-            // Through a codec, without pruning (which needs the whole outer gradient at
-            // once): the delta pass and the encoding, and the decoding and the outer
-            // update, run tile by tile, and the fp32 outer gradient is never stored.
-            if (encoded_ && options_.prune_fraction == 0.0) {
+            // Through a codec and the all-reduce, without pruning (which needs the whole
+            // outer gradient at once): the delta pass and the encoding, and the decoding
+            // and the outer update, run tile by tile, and the fp32 outer gradient is never
+            // stored.
+            if (summed_ && options_.prune_fraction == 0.0) {
                 fused_outer_step(w, buf + n_);
                 count_outer_step(before);
                 return;
@@ -396,25 +400,7 @@ private:
         }
         detail::run_ranges(ex, n_, outer_delta_body<T>{flat_.view(), snapshot_, dense_wire<float>{buf}, w, buf + n_, 0});
         if (options_.prune_fraction > 0.0) detail::prune_host(buf, flat_.host_layout(), options_.prune_fraction, prune_keys_);
-        // The weight travels as the last element, so the sum of weights arrives with the
-        // sum of weighted deltas and the average needs no second call. Through a lossy
-        // codec the deltas are encoded and the weight is summed apart, exactly.
-        if constexpr (!on_device && byte_communicator<Comm>) {
-            if (encoded_) {
-                float* residual = feedback() ? residual_.data() : nullptr;
-                const auto beta = static_cast<float>(options_.error_feedback);
-                if constexpr (sparsified)
-                    codec::sparse_all_reduce(codec_, comm_, buf, n_, codec_scratch_, residual, beta, options_.seed,
-                                             attempts_ - 1);
-                else
-                    codec::encoded_all_reduce(
-                        codec_, comm_, buf, n_, codec_scratch_, residual, beta,
-                        codec::rounding{options_.stochastic_rounding, options_.seed, attempts_ - 1});
-                comm_.all_reduce_sum(buf + n_, 1);
-            }
-        }
-        if (!encoded_)
-            detail::topology_reduce(topology_, ex, comm_, buf, n_ + 1, ws_, reduce_context{options_.seed, attempts_ - 1});
+        exchange(ex, buf);
         const auto rule = outer_.prepare(++outer_t_);
         using rule_type = std::remove_cvref_t<decltype(rule)>;
         detail::run_ranges(ex, n_,
@@ -424,6 +410,51 @@ private:
     }
 
     bool feedback() const { return options_.error_feedback > 0.0 && !detail::plain_codec(codec_); }
+
+    codec::rounding rounding() const {
+        return codec::rounding{options_.stochastic_rounding, options_.seed, attempts_ - 1};
+    }
+
+    // The sum over the topology's group of the weighted deltas buf[0, n) and of the weights
+    // (buf[n]). Plain fp32: one reduce, the weight travelling as the last element. Through a
+    // lossy codec the deltas are encoded (with error feedback) and the weight is summed
+    // apart, exactly: by an all-reduce with the all_reduce topology, or by the topology's
+    // own rounds (the same groups, drawn from the same context) with any other.
+    template <class Exec>
+    void exchange(const Exec& ex, float* buf) {
+        const reduce_context ctx{options_.seed, attempts_ - 1};
+        if (!encoded_) {
+            detail::topology_reduce(topology_, ex, comm_, buf, n_ + 1, ws_, ctx);
+            return;
+        }
+        float* residual = nullptr;
+        if (feedback()) residual = on_device ? residual_dev_.data() : residual_.data();
+        const auto beta = static_cast<float>(options_.error_feedback);
+        if (summed_) {
+            if constexpr (byte_communicator<Comm>) {
+                if constexpr (sparsified) {
+                    if constexpr (!on_device)
+                        codec::sparse_all_reduce(codec_, comm_, buf, n_, codec_scratch_, residual, beta, options_.seed,
+                                                 attempts_ - 1);
+                } else if constexpr (on_device) {
+                    codec::encoded_all_reduce_blocks(codec_, comm_, ex, buf, n_, device_codec_scratch_, residual, beta,
+                                                     rounding());
+                } else {
+                    codec::encoded_all_reduce(codec_, comm_, buf, n_, codec_scratch_, residual, beta, rounding());
+                }
+            }
+            comm_.all_reduce_sum(buf + n_, 1);
+            return;
+        }
+        using link_type = detail::codec_link_t<wire_codec, Space>;
+        if constexpr (!sparsified && detail::reduce_takes_link<Topology, Exec, Comm, Space, link_type>) {
+            link_.begin(residual, beta, rounding(), comm_.rank());
+            detail::topology_reduce(topology_, ex, comm_, buf, n_, ws_, ctx, link_);
+            detail::topology_reduce(topology_, ex, comm_, buf + n_, 1, ws_, ctx);
+        } else {
+            throw invalid_argument("diloco: this topology cannot carry the codec"); // refused at construction
+        }
+    }
 
     // The error-feedback residual on the host (empty without feedback), and its restore.
     std::vector<float> residual() const {
@@ -475,7 +506,9 @@ private:
     Outer outer_;
     Topology topology_;
     wire_codec codec_;
-    bool encoded_ = false; // a codec other than fp32: the deltas go through codec::encoded_all_reduce
+    bool encoded_ = false; // a codec other than fp32
+    bool summed_ = false;  // ... with the all_reduce topology: the deltas go through codec::encoded_all_reduce
+    detail::codec_link_t<wire_codec, Space> link_; // ... with another topology: the codec's bytes in its rounds
     codec_scratch codec_scratch_;
     std::vector<float> residual_; // error feedback: this worker's compression error of the last outer step (host)
     buffer<float, Space> residual_dev_; // the same for cuda_space parameters, on the device
@@ -529,22 +562,10 @@ void diloco_engine<Outer, Topology, T, Space, Comm, Codec>::outer_step_cuda(cons
         detail::device_stream(ex, flat_.view(), tile_seg_.data(), 0, n_, detail::delta_piece<T>{delta});
         if (options_.prune_fraction > 0.0)
             detail::prune_device(ex, buf, flat_.layout(), options_.prune_fraction, prune_scratch_);
-        if constexpr (byte_communicator<Comm> && !sparsified) {
-            // Through a lossy codec the deltas are encoded and the weight is summed apart,
-            // exactly (as on the host).
-            if (encoded_) {
-                if (options_.stochastic_rounding)
-                    detail::refuse_capture(ex, "diloco::step: stochastic rounding draws new words at every outer "
-                                               "step, which a captured CUDA graph would replay unchanged");
-                codec::encoded_all_reduce_blocks(
-                    codec_, comm_, ex, buf, n_, device_codec_scratch_, feedback() ? residual_dev_.data() : nullptr,
-                    static_cast<float>(options_.error_feedback),
-                    codec::rounding{options_.stochastic_rounding, options_.seed, attempts_ - 1});
-                comm_.all_reduce_sum(buf + n_, 1);
-            }
-        }
-        if (!encoded_)
-            detail::topology_reduce(topology_, ex, comm_, buf, n_ + 1, ws_, reduce_context{options_.seed, attempts_ - 1});
+        if (encoded_ && options_.stochastic_rounding)
+            detail::refuse_capture(ex, "diloco::step: stochastic rounding draws new words at every outer step, which a "
+                                       "captured CUDA graph would replay unchanged");
+        exchange(ex, buf);
         const auto rule = outer_.prepare(++outer_t_);
         using rule_type = std::remove_cvref_t<decltype(rule)>;
         const outer_update_body<T, rule_type> update{flat_.view(), snapshot_, state_, dense_wire<float>{buf}, rule,

@@ -287,10 +287,12 @@ private:
         ws_.reserve(0, capacity_);
         detail::reserve_topology_scratch<Topology>(ws_, capacity_);
         encoded_ = !detail::plain_codec(codec_);
+        summed_ = encoded_ && detail::is_all_reduce(topology_);
         if constexpr (!on_device && byte_communicator<Comm>)
-            if (encoded_) codec_scratch_.reserve(codec_, capacity_, comm_.size());
+            if (summed_) codec_scratch_.reserve(codec_, capacity_, comm_.size());
         if constexpr (on_device && byte_communicator<Comm>)
-            if (encoded_) device_codec_scratch_.reserve(codec_, capacity_, comm_.size(), ex_);
+            if (summed_) device_codec_scratch_.reserve(codec_, capacity_, comm_.size(), ex_);
+        if (encoded_ && !summed_) link_.reserve(codec_, capacity_, ex_);
         if constexpr (on_device) {
             // A topology that draws its groups per exchange (gossip, islands, exponential) decides
             // on the host at every step, which a captured graph would freeze.
@@ -350,16 +352,32 @@ private:
         for_each_index(ex, gather.calls(), gather);
         int group = 0;
         if constexpr (!on_device && byte_communicator<Comm>) {
-            if (encoded_)
-                group = codec::encoded_all_reduce(
-                    codec_, comm_, buf, count, codec_scratch_, nullptr, 0.0f,
-                    codec::rounding{options_.stochastic_rounding, options_.seed, stats_.exchanges});
+            if (summed_)
+                group = codec::encoded_all_reduce(codec_, comm_, buf, count, codec_scratch_, nullptr, 0.0f, rounding());
         }
-        if (!encoded_)
-            group = detail::topology_reduce(topology_, ex, comm_, buf, count, ws_, reduce_context{options_.seed, stats_.exchanges});
+        if (!summed_) group = reduce_through_topology(ex, buf, count);
         const auto scatter = make_scatter(flat_.view(), sel, buf, 1.0f / static_cast<float>(group));
         for_each_index(ex, scatter.calls(), scatter);
         count_exchange(before, count);
+    }
+
+    codec::rounding rounding() const {
+        return codec::rounding{options_.stochastic_rounding, options_.seed, stats_.exchanges};
+    }
+
+    // The exchange through the topology's rounds: plain fp32, or the codec's bytes through
+    // the link (any topology but all_reduce).
+    template <class Exec>
+    int reduce_through_topology(const Exec& ex, float* buf, std::size_t count) {
+        const reduce_context ctx{options_.seed, stats_.exchanges};
+        if (!encoded_) return detail::topology_reduce(topology_, ex, comm_, buf, count, ws_, ctx);
+        using link_type = detail::codec_link_t<wire_codec, Space>;
+        if constexpr (detail::reduce_takes_link<Topology, Exec, Comm, Space, link_type>) {
+            link_.begin(nullptr, 0.0f, rounding(), comm_.rank());
+            return detail::topology_reduce(topology_, ex, comm_, buf, count, ws_, ctx, link_);
+        } else {
+            throw invalid_argument("sparta: this topology cannot carry a codec"); // refused at construction
+        }
     }
 
     Comm& comm_;
@@ -368,7 +386,9 @@ private:
     Schedule schedule_;
     Topology topology_;
     wire_codec codec_;
-    bool encoded_ = false; // a codec other than fp32: the exchange goes through codec::encoded_all_reduce
+    bool encoded_ = false; // a codec other than fp32
+    bool summed_ = false;  // ... with the all_reduce topology: the exchange is codec::encoded_all_reduce
+    detail::codec_link_t<wire_codec, Space> link_; // ... with another topology: the codec's bytes in its rounds
     codec::reduce_scratch codec_scratch_;
     codec::block_reduce_scratch<cuda_space> device_codec_scratch_; // cuda_space with a codec
     flat_params<T, Space> flat_;
@@ -404,18 +424,15 @@ void sparta_engine<Sampler, Schedule, Topology, T, Space, Comm, Codec>::exchange
         }
         detail::device_move<true>(ex, flat_.view(), sel, device_state_, buf, 1.0f);
         int group = 0;
+        if (encoded_ && options_.stochastic_rounding)
+            detail::refuse_capture(ex, "sparta::step: stochastic rounding draws new words at every exchange, "
+                                       "which a captured CUDA graph would replay unchanged");
         if constexpr (byte_communicator<Comm>) {
-            if (encoded_) {
-                if (options_.stochastic_rounding)
-                    detail::refuse_capture(ex, "sparta::step: stochastic rounding draws new words at every exchange, "
-                                               "which a captured CUDA graph would replay unchanged");
-                group = codec::encoded_all_reduce_blocks(
-                    codec_, comm_, ex, buf, count, device_codec_scratch_, nullptr, 0.0f,
-                    codec::rounding{options_.stochastic_rounding, options_.seed, stats_.exchanges});
-            }
+            if (summed_)
+                group = codec::encoded_all_reduce_blocks(codec_, comm_, ex, buf, count, device_codec_scratch_, nullptr,
+                                                         0.0f, rounding());
         }
-        if (!encoded_)
-            group = detail::topology_reduce(topology_, ex, comm_, buf, count, ws_, reduce_context{options_.seed, stats_.exchanges});
+        if (!summed_) group = reduce_through_topology(ex, buf, count);
         detail::device_move<false>(ex, flat_.view(), sel, device_state_, buf, 1.0f / static_cast<float>(group));
         count_exchange(before, count);
     } else {

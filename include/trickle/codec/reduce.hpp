@@ -24,6 +24,7 @@
 // is common to all workers and is not fed back.
 #pragma once
 
+#include <trickle/codec/any.hpp>
 #include <trickle/codec/codec.hpp>
 #include <trickle/comm/communicator.hpp>
 #include <trickle/config.hpp>

@@ -3,6 +3,7 @@
 
 #include <trickle/core/config_record.hpp>
 #include <trickle/config.hpp>
+#include <trickle/error.hpp>
 #include <trickle/exec/workspace.hpp>
 #include <trickle/topology/topology.hpp>
 
@@ -22,6 +23,17 @@ struct all_reduce {
     int reduce(const Exec&, Comm& comm, float* buf, std::size_t n, workspace<float, Space, 4>&) const {
         comm.all_reduce_sum(buf, n);
         return comm.size();
+    }
+
+    // Through a link: plain fp32 values only. Encoded values cannot be summed by an
+    // all-reduce; the algorithms sum them with codec::encoded_all_reduce instead.
+    template <class Exec, class Comm, class Space, class Link>
+    int reduce(const Exec& ex, Comm& comm, float* buf, std::size_t n, workspace<float, Space, 4>& ws,
+               const reduce_context&, Link&) const {
+        if constexpr (!Link::lossless)
+            throw invalid_argument("topology::all_reduce: encoded values are summed by codec::encoded_all_reduce, "
+                                   "not through a link");
+        return reduce(ex, comm, buf, n, ws);
     }
 
     void describe(config_record& rec) const { rec.add("topology", name); }

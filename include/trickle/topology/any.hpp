@@ -91,6 +91,15 @@ public:
             [&](const auto& t) -> int { return detail::topology_reduce(t, ex, comm, buf, n, ws, ctx); }, held_);
     }
 
+    // The same through a link (every built-in topology takes one).
+    template <class Exec, class Comm, class Space, class Link>
+    int reduce(const Exec& ex, Comm& comm, float* buf, std::size_t n, workspace<float, Space, 4>& ws,
+               const reduce_context& ctx, Link& link) const {
+        return std::visit(
+            [&](const auto& t) -> int { return detail::topology_reduce(t, ex, comm, buf, n, ws, ctx, link); },
+            held_);
+    }
+
     // Exactly the held topology's fields and error.
     void describe(config_record& rec) const {
         std::visit([&](const auto& t) { t.describe(rec); }, held_);

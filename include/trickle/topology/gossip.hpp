@@ -41,10 +41,17 @@ struct gossip {
     template <class Exec, class Comm, class Space>
     int reduce(const Exec& ex, Comm& comm, float* buf, std::size_t n, workspace<float, Space, 4>& ws,
                const reduce_context& ctx) const {
+        plain_link link;
+        return reduce(ex, comm, buf, n, ws, ctx, link);
+    }
+
+    template <class Exec, class Comm, class Space, class Link>
+    int reduce(const Exec& ex, Comm& comm, float* buf, std::size_t n, workspace<float, Space, 4>& ws,
+               const reduce_context& ctx, Link& link) const {
         const int N = comm.size();
         if (N == 1) return 1;
         const int peer = partner(comm.rank(), N, ctx.seed, ctx.exchange);
-        detail::pair_sum(ex, comm, buf, ws.get(2, n), n, peer);
+        detail::pair_sum(ex, comm, buf, ws.get(2, n), n, peer, link);
         return peer < 0 ? 1 : 2;
     }
 

@@ -20,6 +20,7 @@
 #include <trickle/exec/execution_space.hpp>
 #include <trickle/kernels/sparse_exchange.hpp>
 #include <trickle/sampler/sampler.hpp>
+#include <trickle/topology/link.hpp>
 
 #include <cstddef>
 #include <cstdint>
@@ -102,48 +103,60 @@ inline group_place island_place(std::uint64_t seed, std::uint64_t exchange, int 
 }
 
 // A round in which this rank moves nothing (every rank must call send_recv in every round).
-template <class Comm>
-void idle_round(Comm& comm, float* buf, float* scratch) {
+template <class Exec, class Comm, class Link>
+void idle_round(const Exec& ex, Comm& comm, float* scratch, Link& link) {
     const int self = comm.rank();
-    comm.send_recv(buf, 0, self, scratch, 0, self);
+    link.exchange(ex, comm, self, false, scratch, 0, self);
 }
 
 // One round over a matching: buf = buf + partner's buf (partner < 0: sits the round out).
-// Both members of a pair compute a + b and b + a, which are the same bits.
-template <class Exec, class Comm>
-void pair_sum(const Exec& ex, Comm& comm, float* buf, float* scratch, std::size_t n, int partner) {
+// Both members of a pair compute a + b and b + a, which are the same bits (through a
+// lossy link, a and b are the values the link delivered: prepare() gave each sender the
+// bits its partner receives).
+template <class Exec, class Comm, class Link>
+void pair_sum(const Exec& ex, Comm& comm, float* buf, float* scratch, std::size_t n, int partner, Link& link) {
     if (partner < 0) {
-        idle_round(comm, buf, scratch);
+        idle_round(ex, comm, scratch, link);
         return;
     }
-    comm.send_recv(buf, n, partner, scratch, n, partner);
+    link.prepare(ex, comm, buf, n);
+    link.exchange(ex, comm, partner, true, scratch, n, partner);
     for_each_index(ex, n, add_body{buf, scratch});
 }
 
 // Sums buf over this rank's group (place `me`) in the group's order; groups hold at most g
 // members, and every rank runs the same 2 (g - 1) rounds. The first and the last member
-// send and receive n values, the others 2n each.
-template <class Exec, class Comm>
-void chain_sum(const Exec& ex, Comm& comm, float* buf, float* scratch, std::size_t n, const group_place& me, int g) {
+// send and receive n values, the others 2n each. Through a lossy link each running sum is
+// rounded when it is sent, and the last member's total once on its way back (the others
+// relay the bytes they received); every member ends with the bits of that rounding.
+template <class Exec, class Comm, class Link>
+void chain_sum(const Exec& ex, Comm& comm, float* buf, float* scratch, std::size_t n, const group_place& me, int g,
+               Link& link) {
     // Forward: in round j, member j - 1 sends its running sum to member j, which adds its own.
     for (int j = 1; j < g; ++j) {
         if (me.index == j - 1 && me.next >= 0) {
-            comm.send_recv(buf, n, me.next, scratch, 0, me.next);
+            link.prepare(ex, comm, buf, n);
+            link.exchange(ex, comm, me.next, true, scratch, 0, me.next);
         } else if (me.index == j && me.prev >= 0) {
-            comm.send_recv(buf, 0, me.prev, scratch, n, me.prev);
+            link.exchange(ex, comm, me.prev, false, scratch, n, me.prev);
             for_each_index(ex, n, add_body{buf, scratch});
         } else {
-            idle_round(comm, buf, scratch);
+            idle_round(ex, comm, scratch, link);
         }
     }
     // Backward: in round j, member j hands the group's total (which it holds) to member j - 1.
     for (int j = g - 1; j >= 1; --j) {
         if (me.index == j && me.prev >= 0) {
-            comm.send_recv(buf, n, me.prev, scratch, 0, me.prev);
+            // The last member sends its total; the others pass on what they received.
+            if (me.next >= 0)
+                link.relay(ex, comm, buf, n);
+            else
+                link.prepare(ex, comm, buf, n);
+            link.exchange(ex, comm, me.prev, true, scratch, 0, me.prev);
         } else if (me.index == j - 1 && me.next >= 0) {
-            comm.send_recv(scratch, 0, me.next, buf, n, me.next);
+            link.exchange(ex, comm, me.next, false, buf, n, me.next);
         } else {
-            idle_round(comm, buf, scratch);
+            idle_round(ex, comm, scratch, link);
         }
     }
 }

@@ -50,19 +50,28 @@ struct islands {
     template <class Exec, class Comm, class Space>
     int reduce(const Exec& ex, Comm& comm, float* buf, std::size_t n, workspace<float, Space, 4>& ws,
                const reduce_context& ctx) const {
+        plain_link link;
+        return reduce(ex, comm, buf, n, ws, ctx, link);
+    }
+
+    // Through a lossy link, size == N is one chain in rank order (the all-reduce cannot
+    // carry encoded values).
+    template <class Exec, class Comm, class Space, class Link>
+    int reduce(const Exec& ex, Comm& comm, float* buf, std::size_t n, workspace<float, Space, 4>& ws,
+               const reduce_context& ctx, Link& link) const {
         const int N = comm.size();
         require(size >= 1 && size <= N, "topology::islands: size must be in [1, ", N, "] (the workers), got ", size);
         if (N == 1 || size == 1) return 1;
-        if (size == N) {
+        if (size == N && Link::lossless) {
             comm.all_reduce_sum(buf, n);
             return N;
         }
-        const detail::group_place me = detail::island_place(ctx.seed, ctx.exchange, N, size, comm.rank());
+        const detail::group_place me = place(comm.rank(), N, ctx.seed, ctx.exchange);
         float* scratch = ws.get(2, n);
         if (size == 2)
-            detail::pair_sum(ex, comm, buf, scratch, n, me.index == 0 ? me.next : me.prev);
+            detail::pair_sum(ex, comm, buf, scratch, n, me.index == 0 ? me.next : me.prev, link);
         else
-            detail::chain_sum(ex, comm, buf, scratch, n, me, size);
+            detail::chain_sum(ex, comm, buf, scratch, n, me, size, link);
         return me.size;
     }
 

@@ -6,6 +6,7 @@
 #include <trickle/exec/execution_space.hpp>
 #include <trickle/exec/workspace.hpp>
 #include <trickle/kernels/sparse_exchange.hpp>
+#include <trickle/topology/link.hpp>
 #include <trickle/topology/topology.hpp>
 
 #include <cstddef>
@@ -27,19 +28,28 @@ struct ring {
 
     template <class Exec, class Comm, class Space>
     int reduce(const Exec& ex, Comm& comm, float* buf, std::size_t n, workspace<float, Space, 4>& ws) const {
+        plain_link link;
+        return reduce(ex, comm, buf, n, ws, reduce_context{}, link);
+    }
+
+    // Through a link: buf is prepared once and the same bytes go to both neighbours.
+    template <class Exec, class Comm, class Space, class Link>
+    int reduce(const Exec& ex, Comm& comm, float* buf, std::size_t n, workspace<float, Space, 4>& ws,
+               const reduce_context&, Link& link) const {
         const int N = comm.size();
         if (N == 1) return 1;
         const int r = comm.rank();
         const int right = (r + 1) % N;
         const int left = (r + N - 1) % N;
         float* from_left = ws.get(2, n);
-        comm.send_recv(buf, n, right, from_left, n, left);
+        link.prepare(ex, comm, buf, n);
+        link.exchange(ex, comm, right, true, from_left, n, left);
         if (N == 2) {
             for_each_index(ex, n, add_body{buf, from_left});
             return 2;
         }
         float* from_right = ws.get(3, n);
-        comm.send_recv(buf, n, left, from_right, n, right);
+        link.exchange(ex, comm, left, true, from_right, n, right);
         for_each_index(ex, n, add_neighbours_body{buf, from_left, from_right});
         return 3;
     }

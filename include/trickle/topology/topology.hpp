@@ -68,6 +68,25 @@ int topology_reduce(const Top& top, const Exec& ex, Comm& comm, float* buf, std:
         return top.reduce(ex, comm, buf, n, ws);
 }
 
+// Whether topology Top's reduce() takes a link (topology/link.hpp) after the context.
+template <class Top, class Exec, class Comm, class Space, class Link>
+inline constexpr bool reduce_takes_link =
+    requires(const Top& t, const Exec& ex, Comm& c, float* b, std::size_t n, workspace<float, Space, 4>& w,
+             const reduce_context& x, Link& l) { t.reduce(ex, c, b, n, w, x, l); };
+
+// The same through a link: a topology that takes one gets it; one that does not (a user's
+// topology written before links) can only carry plain fp32 values.
+template <class Top, class Exec, class Comm, class Space, class Link>
+int topology_reduce(const Top& top, const Exec& ex, Comm& comm, float* buf, std::size_t n,
+                    workspace<float, Space, 4>& ws, const reduce_context& ctx, Link& link) {
+    if constexpr (reduce_takes_link<Top, Exec, Comm, Space, Link>) {
+        return top.reduce(ex, comm, buf, n, ws, ctx, link);
+    } else {
+        static_assert(Link::lossless, "this topology's reduce() takes no link, so it cannot carry encoded values");
+        return topology_reduce(top, ex, comm, buf, n, ws, ctx);
+    }
+}
+
 // Adds the topology's fields to rec, checked against the number of workers when it can.
 template <class Top>
 void describe_topology(const Top& top, config_record& rec, int workers) {

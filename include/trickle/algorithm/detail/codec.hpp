@@ -3,12 +3,15 @@
 // An algorithm's exchange travels as fp32 sums through its topology (the codec fp32, the
 // default: today's wire, bit for bit) or, with any other codec, through
 // codec::encoded_all_reduce (host parameters) or codec::encoded_all_reduce_blocks (device
-// parameters, the same bits). These helpers decide which, and check at construction, on
+// parameters, the same bits) with the all_reduce topology, and through a
+// codec::encoded_link in the rounds of any other built-in topology. These helpers decide
+// which, and check at construction, on
 // every worker (the config record), what the encoded path needs.
 #pragma once
 
 #include <trickle/codec/any.hpp>
 #include <trickle/codec/element.hpp>
+#include <trickle/codec/link.hpp>
 #include <trickle/codec/reduce.hpp>
 #include <trickle/codec/sparse.hpp>
 #include <trickle/comm/communicator.hpp>
@@ -17,6 +20,9 @@
 #include <trickle/core/memory_space.hpp>
 #include <trickle/topology/all_reduce.hpp>
 #include <trickle/topology/any.hpp>
+#include <trickle/topology/link.hpp>
+#include <trickle/exec/cuda.hpp>
+#include <trickle/exec/host.hpp>
 
 #include <cstring>
 #include <type_traits>
@@ -79,13 +85,38 @@ void describe_codec(const W& c, const Top& top, config_record& rec, const char* 
         rec.set_error(concat(kind, ": the ", name,
                              " sparsifier runs on host parameters in this version (device parameters take value "
                              "codecs: bf16, fp16, fp8, fp8_block, int8, int4, sign2)"));
-    if constexpr (!byte_communicator<Comm>)
-        rec.set_error(concat(kind, ": the ", name,
-                             " codec needs a communicator with all_gather and all_to_all (trickle::byte_communicator)"));
-    if (!is_all_reduce(top))
-        rec.set_error(concat(kind, ": the ", name, " codec sums through the all_reduce topology, not ", Top::name,
-                             std::is_same_v<Top, topology::any> ? " (holding another topology)" : ""));
+    if (is_all_reduce(top)) {
+        if constexpr (!byte_communicator<Comm>)
+            rec.set_error(concat(kind, ": the ", name,
+                                 " codec sums through the all_reduce topology with all_gather and all_to_all, which "
+                                 "this communicator lacks (trickle::byte_communicator)"));
+        return;
+    }
+    if constexpr (codec::sparsifier_policy<W>) {
+        const char* held = Top::name;
+        if constexpr (std::is_same_v<Top, topology::any>) held = top.held_name();
+        rec.set_error(concat(kind, ": the ", name, " sparsifier sums through the all_reduce topology, not ", held));
+    } else {
+        using exec_type = std::conditional_t<std::is_same_v<Space, cuda_space>, exec::cuda, exec::host>;
+        if constexpr (!reduce_takes_link<Top, exec_type, Comm, Space, codec::encoded_link<W, Space>>)
+            rec.set_error(concat(kind, ": the ", Top::name,
+                                 " topology's reduce() takes no link (topology/link.hpp), so it cannot carry the ",
+                                 name, " codec's bytes"));
+    }
 }
+
+// The link an algorithm's topology rounds carry its codec through (plain for sparsifiers,
+// which sum through the all_reduce topology only).
+template <class W, class Space, bool = codec::sparsifier_policy<W>>
+struct codec_link {
+    using type = codec::encoded_link<W, Space>;
+};
+template <class W, class Space>
+struct codec_link<W, Space, true> {
+    using type = plain_link;
+};
+template <class W, class Space>
+using codec_link_t = typename codec_link<W, Space>::type;
 
 } // namespace detail
 
