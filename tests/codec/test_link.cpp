@@ -253,3 +253,65 @@ TEST_CASE("DiLoCo through a link keeps its error-feedback residual in the checkp
     });
     for (int r = 0; r < N; ++r) CHECK(bitwise_equal(straight[static_cast<std::size_t>(r)].w, resumed[static_cast<std::size_t>(r)].w));
 }
+
+TEST_CASE("stats().sent splits every byte sent into codes, scales, indices and padding") {
+    const int N = 3, steps = 8;
+    using codec::wire_parts;
+    const auto run = [&](auto make) {
+        std::vector<replica> rs;
+        for (int r = 0; r < N; ++r) rs.emplace_back(r);
+        std::vector<exchange_stats> st(N);
+        comm::run_local(N, [&](comm::local& c) {
+            auto alg = make(rs[static_cast<std::size_t>(c.rank())].group, c);
+            for (int t = 0; t < steps; ++t) {
+                rs[static_cast<std::size_t>(c.rank())].train(c.rank(), t);
+                alg.step(exec::host{});
+            }
+            st[static_cast<std::size_t>(c.rank())] = alg.stats();
+        });
+        for (int r = 0; r < N; ++r) {
+            INFO("rank ", r);
+            const exchange_stats& s = st[static_cast<std::size_t>(r)];
+            CHECK(s.total.bytes_sent > 0);
+            CHECK(s.sent.total() == s.total.bytes_sent);
+        }
+        return st[1].sent;
+    };
+    const wire_parts plain = run([](auto& g, auto& c) { return sparta<>(g, c, {.fraction = 0.1, .seed = 1}); });
+    CHECK(plain.scales + plain.indices + plain.padding == 0);
+    const wire_parts int8 = run([](auto& g, auto& c) {
+        return sparta<sampler::uniform, schedule::constant, topology::all_reduce, codec::int8_block>(
+            g, c, {.fraction = 0.5, .seed = 1});
+    });
+    CHECK(int8.scales > 0);
+    CHECK(int8.indices == 0);
+    CHECK(static_cast<double>(int8.scales) / static_cast<double>(int8.codes) == doctest::Approx(4.0 / 64).epsilon(0.2));
+    const wire_parts gossip = run([](auto& g, auto& c) {
+        return sparta<sampler::uniform, schedule::constant, topology::gossip, codec::bf16>(g, c, {.fraction = 0.5, .seed = 1});
+    });
+    CHECK(gossip.scales == 0);
+    CHECK(gossip.padding > 0); // 777 / 2 is odd on some steps: 2 bytes of padding a send
+    const wire_parts ring = run([](auto& g, auto& c) {
+        return diloco<outer::nesterov, topology::ring, codec::sign2_block>(g, c, {.interval = 2, .error_feedback = 1.0});
+    });
+    CHECK(ring.scales > 0); // block scales and the weights' sum
+    using topk = codec::chunk_topk<codec::sign2_block>;
+    const wire_parts sparse = run([](auto& g, auto& c) {
+        return diloco<outer::nesterov, topology::all_reduce, topk>(g, c, {.interval = 2, .error_feedback = 1.0}, {}, {},
+                                                                   topk{.chunk = 64, .k = 4, .values = {.block_size = 4}});
+    });
+    CHECK(sparse.indices > 0);
+    CHECK(sparse.scales > 0);
+    const wire_parts rk = run([](auto& g, auto& c) {
+        using rk_t = codec::random_k<codec::int8_block>;
+        return diloco<outer::nesterov, topology::all_reduce, rk_t>(g, c, {.interval = 2}, {}, {},
+                                                                   rk_t{.fraction = 0.1, .values = {}});
+    });
+    CHECK(rk.indices == 0);
+    const wire_parts both = run([](auto& g, auto& c) {
+        return sparta_diloco<sampler::uniform, schedule::constant, topology::islands, outer::nesterov, codec::fp8_e4m3,
+                             codec::int4_block>(g, c, {.fraction = 0.2, .seed = 2}, {.interval = 4, .seed = 2},
+                                                {}, {}, topology::islands{.size = 2});
+    });
+    CHECK(both.codes > 0);
+}

@@ -46,6 +46,7 @@
 #include <sstream>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 TRICKLE_NAMESPACE_BEGIN
@@ -373,8 +374,25 @@ private:
         return true;
     }
 
+    // Counts an outer step; its bytes by part: through a codec, what the encoded all-reduce,
+    // the sparsifier or the link sent, the rest (the weights' exact sum) as scales; plain
+    // fp32, every byte a code.
     void count_outer_step(const traffic_counters& before) {
         stats_.last = comm_.traffic() - before;
+        codec::wire_parts parts;
+        if (summed_) {
+            if constexpr (sparsified)
+                parts = codec::sparse_all_reduce_parts(codec_, n_, comm_.size(), comm_.rank());
+            else
+                parts = codec::encoded_all_reduce_parts(codec_, n_, comm_.size(), comm_.rank());
+        } else if (encoded_) {
+            if constexpr (!sparsified) parts = link_.take_sent();
+        }
+        if (encoded_)
+            parts.scales += std::exchange(weight_bytes_, 0); // the weights' sum
+        else
+            parts.codes = stats_.last.bytes_sent;
+        stats_.sent += parts;
         stats_.total += stats_.last;
         stats_.last_values = n_ + 1;
         stats_.values += n_ + 1;
@@ -443,14 +461,14 @@ private:
                     codec::encoded_all_reduce(codec_, comm_, buf, n_, codec_scratch_, residual, beta, rounding());
                 }
             }
-            comm_.all_reduce_sum(buf + n_, 1);
+            sum_weights(buf + n_, [&](float* w) { comm_.all_reduce_sum(w, 1); });
             return;
         }
         using link_type = detail::codec_link_t<wire_codec, Space>;
         if constexpr (!sparsified && detail::reduce_takes_link<Topology, Exec, Comm, Space, link_type>) {
             link_.begin(residual, beta, rounding(), comm_.rank());
             detail::topology_reduce(topology_, ex, comm_, buf, n_, ws_, ctx, link_);
-            detail::topology_reduce(topology_, ex, comm_, buf + n_, 1, ws_, ctx);
+            sum_weights(buf + n_, [&](float* w) { detail::topology_reduce(topology_, ex, comm_, w, 1, ws_, ctx); });
         } else {
             throw invalid_argument("diloco: this topology cannot carry the codec"); // refused at construction
         }
@@ -473,13 +491,21 @@ private:
             residual_ = std::move(r);
     }
 
+    // The weights' exact sum (apart from encoded deltas), its bytes noted for stats().
+    template <class Sum>
+    void sum_weights(float* w, Sum&& sum) {
+        const std::uint64_t before = comm_.traffic().bytes_sent;
+        sum(w);
+        weight_bytes_ += comm_.traffic().bytes_sent - before;
+    }
+
     // One outer step through the codec with the passes fused into the encoding and the
     // decoding (codec::encoded_all_reduce_tiled); the same bits and bytes as the unfused
     // path. The weights' sum goes first, so that the update can divide by it.
     void fused_outer_step(float w, float* weight_sum) {
         if constexpr (!on_device && byte_communicator<Comm> && !sparsified) {
             *weight_sum = w;
-            comm_.all_reduce_sum(weight_sum, 1);
+            sum_weights(weight_sum, [&](float* x) { comm_.all_reduce_sum(x, 1); });
             const auto rule = outer_.prepare(++outer_t_);
             using rule_type = std::remove_cvref_t<decltype(rule)>;
             const auto view = flat_.view();
@@ -508,6 +534,7 @@ private:
     wire_codec codec_;
     bool encoded_ = false; // a codec other than fp32
     bool summed_ = false;  // ... with the all_reduce topology: the deltas go through codec::encoded_all_reduce
+    std::uint64_t weight_bytes_ = 0; // bytes of the weights' separate sum in the current outer step
     detail::codec_link_t<wire_codec, Space> link_; // ... with another topology: the codec's bytes in its rounds
     codec_scratch codec_scratch_;
     std::vector<float> residual_; // error feedback: this worker's compression error of the last outer step (host)

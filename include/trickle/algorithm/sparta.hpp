@@ -327,8 +327,16 @@ private:
         return sel;
     }
 
+    // Counts an exchange of `count` values; its bytes by part: through a codec, what the
+    // encoded all-reduce or the link sent; plain fp32, every byte a code.
     void count_exchange(const traffic_counters& before, std::size_t count) {
         stats_.last = comm_.traffic() - before;
+        if (summed_)
+            stats_.sent += codec::encoded_all_reduce_parts(codec_, count, comm_.size(), comm_.rank());
+        else if (encoded_)
+            stats_.sent += link_.take_sent();
+        else
+            stats_.sent.codes += stats_.last.bytes_sent;
         stats_.total += stats_.last;
         stats_.last_values = count;
         stats_.values += count;

@@ -1,6 +1,7 @@
 // trickle/algorithm/stats.hpp: what an algorithm exchanged, counted by its communicator.
 #pragma once
 
+#include <trickle/codec/codec.hpp>
 #include <trickle/comm/communicator.hpp>
 #include <trickle/config.hpp>
 
@@ -25,6 +26,10 @@ struct exchange_stats {
     std::uint64_t last_values = 0;
     std::uint64_t dense_bytes = 0; // dense fp32 all-reduce every step, same cost model
     traffic_counters initial{};    // the initial broadcast at construction (zero when there was none)
+    // total.bytes_sent by part: codes (fp32 values too), scales (per-block scales and zero
+    // points, and DiLoCo's sum of weights), indices (a sparsifier's positions) and padding;
+    // the parts always sum to total.bytes_sent.
+    codec::wire_parts sent{};
 
     // How many times fewer bytes were sent than dense synchronization would have sent
     // (0 before anything was sent).
@@ -37,6 +42,7 @@ struct exchange_stats {
         values += o.values;
         total += o.total;
         initial += o.initial;
+        sent += o.sent;
         if (o.last.calls != 0) {
             last = o.last;
             last_values = o.last_values;

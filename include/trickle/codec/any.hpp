@@ -39,6 +39,9 @@ struct any {
     std::size_t wire_bytes(std::size_t n) const {
         return std::visit([&](const auto& c) { return c.wire_bytes(n); }, held);
     }
+    wire_parts wire_parts_of(std::size_t n) const {
+        return std::visit([&](const auto& c) { return parts_of(c, n); }, held);
+    }
     std::size_t block_values() const {
         return std::visit([](const auto& c) { return c.block_values(); }, held);
     }

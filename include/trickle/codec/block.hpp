@@ -62,6 +62,10 @@ struct int_block {
     TRICKLE_HOST_DEVICE std::size_t wire_bytes(std::size_t n) const {
         return visit([&](auto f) { return decltype(f)::encoded_bytes(n, block_size); });
     }
+    wire_parts wire_parts_of(std::size_t n) const {
+        return symmetric ? block_format<Bits, scheme::symmetric>::parts(n, block_size)
+                         : block_format<Bits, scheme::minmax>::parts(n, block_size);
+    }
     // Byte offset of block b (every block before it is whole).
     TRICKLE_HOST_DEVICE std::size_t block_offset(std::size_t b) const { return b * block_bytes(block_size); }
 
@@ -114,6 +118,7 @@ struct sign2_block {
     TRICKLE_HOST_DEVICE std::size_t block_values() const { return block_size; }
     TRICKLE_HOST_DEVICE std::size_t block_bytes(std::size_t m) const { return format::record_bytes(m); }
     TRICKLE_HOST_DEVICE std::size_t wire_bytes(std::size_t n) const { return format::encoded_bytes(n, block_size); }
+    wire_parts wire_parts_of(std::size_t n) const { return format::parts(n, block_size); }
     TRICKLE_HOST_DEVICE std::size_t block_offset(std::size_t b) const { return b * block_bytes(block_size); }
 
     TRICKLE_HOST_DEVICE void encode(const float* in, std::size_t n, std::byte* out) const {

@@ -102,6 +102,43 @@ struct philox_words {
     }
 };
 
+// What a codec's bytes are made of: the codes of the values, the per-block scales (and
+// zero points), the indices of a sparsifier's kept values, and padding (record and word
+// alignment). A codec may say how its encoding of n values splits with
+//   wire_parts wire_parts_of(std::size_t n) const
+// (parts_of below; without it every byte is a code). The parts always sum to wire_bytes(n).
+struct wire_parts {
+    std::uint64_t codes = 0;
+    std::uint64_t scales = 0;
+    std::uint64_t indices = 0;
+    std::uint64_t padding = 0;
+
+    std::uint64_t total() const { return codes + scales + indices + padding; }
+    wire_parts& operator+=(const wire_parts& o) {
+        codes += o.codes;
+        scales += o.scales;
+        indices += o.indices;
+        padding += o.padding;
+        return *this;
+    }
+    friend wire_parts operator*(wire_parts a, std::uint64_t k) {
+        a.codes *= k;
+        a.scales *= k;
+        a.indices *= k;
+        a.padding *= k;
+        return a;
+    }
+    friend bool operator==(const wire_parts&, const wire_parts&) = default;
+};
+
+template <class C>
+wire_parts parts_of(const C& c, std::size_t n) {
+    if constexpr (requires { { c.wire_parts_of(n) } -> std::convertible_to<wire_parts>; })
+        return c.wire_parts_of(n);
+    else
+        return wire_parts{.codes = c.wire_bytes(n)};
+}
+
 // A source of random words: words(i) is the uniform 32-bit word of value i.
 template <class W>
 concept word_source = requires(const W& w, std::size_t i) {

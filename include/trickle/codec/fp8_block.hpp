@@ -42,6 +42,16 @@ struct fp8_block {
         const std::size_t whole = n / block_size, rest = n % block_size;
         return whole * block_bytes(block_size) + (rest ? block_bytes(rest) : 0);
     }
+    wire_parts wire_parts_of(std::size_t n) const {
+        if (block_size == 0) return {};
+        const auto block = [&](std::size_t m) {
+            if (m == 0) return wire_parts{};
+            return wire_parts{.codes = m, .scales = 4, .padding = block_bytes(m) - 4 - m};
+        };
+        wire_parts p = block(block_size) * (n / block_size);
+        p += block(n % block_size);
+        return p;
+    }
 
     TRICKLE_HOST_DEVICE void encode_block(const float* in, std::size_t m, std::byte* out) const {
         std::int32_t top = 0;

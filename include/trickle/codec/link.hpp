@@ -77,6 +77,10 @@ public:
 
     std::size_t wire_floats(std::size_t n) const { return (codec_.wire_bytes(n) + 3) / 4; }
 
+    // The bytes sent since the last call, by part (they sum to the communicator's count of
+    // the sends), and a fresh count.
+    wire_parts take_sent() { return std::exchange(sent_, wire_parts{}); }
+
     template <class Exec, class Comm>
     void prepare(const Exec& ex, Comm&, float* buf, std::size_t n) {
         check(n);
@@ -96,6 +100,11 @@ public:
     void exchange(const Exec& ex, Comm& comm, int dst, bool send, float* recv, std::size_t m, int src) {
         check(m);
         comm.send_recv(out_, send ? wire_floats(count_) : 0, dst, in_, m == 0 ? 0 : wire_floats(m), src);
+        if (send && count_ != 0) {
+            wire_parts p = parts_of(codec_, count_);
+            p.padding += wire_floats(count_) * 4 - codec_.wire_bytes(count_);
+            sent_ += p;
+        }
         if (m == 0) return;
         with_codec([&](const auto& c) {
             using C = std::remove_cvref_t<decltype(c)>;
@@ -159,6 +168,7 @@ private:
     rounding how_{};
     int rank_ = 0;
     bool first_ = true;
+    wire_parts sent_{};
 };
 
 } // namespace codec

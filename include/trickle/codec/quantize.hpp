@@ -92,6 +92,18 @@ struct block_format {
     TRICKLE_HOST_DEVICE static constexpr std::size_t encoded_bytes(std::size_t n, std::size_t B) {
         return B == 0 ? 0 : (n / B) * record_bytes(B) + record_bytes(n % B);
     }
+    // encoded_bytes(n, B) split into codes, the headers (scales and zero points) and padding.
+    static wire_parts parts(std::size_t n, std::size_t B) {
+        if (B == 0) return {};
+        const auto record = [](std::size_t m) {
+            if (m == 0) return wire_parts{};
+            return wire_parts{.codes = code_bytes(m), .scales = header_bytes,
+                              .padding = record_bytes(m) - header_bytes - code_bytes(m)};
+        };
+        wire_parts p = record(B) * (n / B);
+        p += record(n % B);
+        return p;
+    }
 };
 
 using int8_symmetric = block_format<8, scheme::symmetric>;

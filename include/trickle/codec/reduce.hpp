@@ -163,10 +163,28 @@ struct reduce_scratch {
     }
 };
 
-// In place on host memory: buf[0, n) = the sum over workers of every worker's buf,
-// through the codec (see above). Collective; needs a byte_communicator over host memory.
-// scratch must have been reserved for at least n values and comm.size() ranks. Returns the
-// number of workers summed.
+// What worker `me` of N sends in an encoded all-reduce of n values, by part: the slots of
+// the other workers' chunks (all_to_all) and its own chunk's sum N - 1 times (all_gather),
+// each slot's bytes past its chunk's encoding counted as padding. The parts sum to the
+// communicator's count, 2 (N - 1) E.
+template <codec_policy Codec>
+wire_parts encoded_all_reduce_parts(const Codec& c, std::size_t n, int N, int me) {
+    wire_parts p;
+    if (N <= 1) return p;
+    const std::size_t E = reduce_scratch::slot_bytes(c, n, N);
+    const auto slot = [&](int r) {
+        std::size_t first = 0, count = 0;
+        reduce_scratch::chunk(c, n, N, r, first, count);
+        wire_parts s = parts_of(c, count);
+        s.padding += E - c.wire_bytes(count);
+        return s;
+    };
+    for (int r = 0; r < N; ++r)
+        if (r != me) p += slot(r);
+    p += slot(me) * static_cast<std::uint64_t>(N - 1);
+    return p;
+}
+
 // The same sum with the values produced and consumed tile by tile, so a caller can fuse
 // its own passes with the encoding and the decoding (DiLoCo computes its outer gradient
 // into a tile and encodes it, and takes each decoded tile straight into its outer update:

@@ -219,6 +219,15 @@ struct chunk_topk {
     }
     // Exact bytes of the payload of n values.
     std::size_t payload_bytes(std::size_t n) const { return index_bytes(n) + value_bytes(n); }
+    // The payload by part: the packed indices (their round-up to 4 bytes as padding), then
+    // every chunk's values through the value codec.
+    wire_parts wire_parts_of(std::size_t n) const {
+        const std::size_t packed = detail::packed_bytes(kept(n), index_bits());
+        wire_parts p{.indices = packed, .padding = index_bytes(n) - packed};
+        p += parts_of(values, k) * (n / chunk);
+        if (n % chunk != 0) p += parts_of(values, std::min(k, n % chunk));
+        return p;
+    }
 
     // One chunk of m <= chunk values: idx[0, min(k, m)) = the kept in-chunk indices,
     // ascending; keys: m entries of scratch. Returns min(k, m).
@@ -385,6 +394,7 @@ struct random_k {
     // Values kept of n: round(fraction n), at least 1 (0 for n = 0).
     std::size_t kept(std::size_t n) const { return trickle::detail::fraction_count(fraction, n); }
     std::size_t payload_bytes(std::size_t n) const { return values.wire_bytes(kept(n)); }
+    wire_parts wire_parts_of(std::size_t n) const { return parts_of(values, kept(n)); }
 
     // The permutation whose images 0 .. kept(n) - 1 are round `round`'s positions.
     feistel_permutation permutation(std::size_t n, std::uint64_t seed, std::uint64_t round) const {
@@ -442,7 +452,7 @@ int sparse_all_reduce(const chunk_topk<Values>& sp, Comm& comm, float* buf, std:
 
     // e = x + beta r, its payload, and r = e - what was sent (decoded).
     if (residual != nullptr)
-        for (std::size_t i = 0; i < n; ++i) buf[i] += beta * residual[i];
+        for (std::size_t i = 0; i < n; ++i) buf[i] = feedback_value(buf[i], beta, residual[i]);
     sp.encode(buf, n, s.send.data(), s);
     if (residual != nullptr) {
         std::copy(buf, buf + n, residual);
@@ -474,7 +484,7 @@ int sparse_all_reduce(const random_k<Values>& sp, Comm& comm, float* buf, std::s
     if (n == 0) return N;
 
     if (residual != nullptr)
-        for (std::size_t i = 0; i < n; ++i) buf[i] += beta * residual[i];
+        for (std::size_t i = 0; i < n; ++i) buf[i] = feedback_value(buf[i], beta, residual[i]);
     std::uint64_t* pos = s.keys.data();
     float* packed = s.values.data();
     sp.positions(n, seed, round, pos);
@@ -501,6 +511,24 @@ int sparse_all_reduce(const random_k<Values>& sp, Comm& comm, float* buf, std::s
     std::fill(buf, buf + n, 0.0f);
     for (std::size_t j = 0; j < K; ++j) buf[pos[j]] = packed[j];
     return N;
+}
+
+// What worker `me` of N sends in sparse_all_reduce of n values, by part (they sum to the
+// communicator's count).
+template <codec_policy Values>
+wire_parts sparse_all_reduce_parts(const chunk_topk<Values>& sp, std::size_t n, int N, int) {
+    if (n == 0 || N <= 1) return {};
+    return sp.wire_parts_of(n) * static_cast<std::uint64_t>(N - 1);
+}
+
+template <codec_policy Values>
+wire_parts sparse_all_reduce_parts(const random_k<Values>& sp, std::size_t n, int N, int me) {
+    if (n == 0 || N <= 1) return {};
+    const std::size_t K = sp.kept(n);
+    if constexpr (detail::fp32_values<Values>)
+        return wire_parts{.codes = trickle::detail::all_reduce_bytes(K, sizeof(float), N, me)};
+    else
+        return encoded_all_reduce_parts(sp.values, K, N, me);
 }
 
 } // namespace codec
