@@ -25,6 +25,10 @@ py::dict stats_dict(const trickle::exchange_stats& s) {
     d["initial_bytes_sent"] = s.initial.bytes_sent;
     d["initial_bytes_received"] = s.initial.bytes_received;
     d["initial_calls"] = s.initial.calls;
+    d["code_bytes_sent"] = s.sent.codes;
+    d["scale_bytes_sent"] = s.sent.scales;
+    d["index_bytes_sent"] = s.sent.indices;
+    d["padding_bytes_sent"] = s.sent.padding;
     return d;
 }
 

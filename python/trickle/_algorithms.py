@@ -300,6 +300,10 @@ class Stats:
       reduction                 dense_bytes / bytes_sent (0 before anything was sent)
       initial_bytes_sent, initial_bytes_received, initial_calls   the initial broadcast at
                                 construction (not part of the totals above)
+      code_bytes_sent, scale_bytes_sent, index_bytes_sent, padding_bytes_sent
+                                bytes_sent by part: codes (plain fp32 values too), per-block
+                                scales (and DiLoCo's weight sum), a sparsifier's indices, and
+                                padding; they sum to bytes_sent
     Not a Mapping subclass on purpose: `values` is a field, not Mapping.values().
     """
 
@@ -319,6 +323,10 @@ class Stats:
         "initial_bytes_sent",
         "initial_bytes_received",
         "initial_calls",
+        "code_bytes_sent",
+        "scale_bytes_sent",
+        "index_bytes_sent",
+        "padding_bytes_sent",
     )
     __slots__ = ("_d",)
 

@@ -188,6 +188,8 @@ def test_bytes_match_the_cost_model():
     assert abs(st.reduction - dense / per) < 1e-9, st
     assert st.initial_bytes_sent == (N - 1) * n * 4 if r == 0 else st.initial_bytes_received == n * 4, st
     assert same_on_all_ranks(st.bytes_sent), "ranks counted different bytes"
+    # Plain fp32: every byte sent is a code.
+    assert st.code_bytes_sent == st.bytes_sent and st.scale_bytes_sent == st.padding_bytes_sent == 0, st
 
     # A count N does not divide: trickle's chunking (rank r's chunk is n/N, +1 for r < n % N).
     u = torch.randn(1003, generator=torch.Generator().manual_seed(r))
@@ -244,6 +246,11 @@ def test_codecs_compress_and_keep_replicas_identical():
     # weigh more than they would on a large one.)
     assert q8.stats.bytes_sent < 0.45 * plain.stats.bytes_sent, (q8.stats.bytes_sent, plain.stats.bytes_sent)
     assert q2.stats.bytes_sent < 0.8 * q8.stats.bytes_sent, (q2.stats.bytes_sent, q8.stats.bytes_sent)
+    # The bytes by part: int8 sends a 4-byte scale per 64 codes (and the weights' sum).
+    st8 = q8.stats
+    parts = st8.code_bytes_sent + st8.scale_bytes_sent + st8.index_bytes_sent + st8.padding_bytes_sent
+    assert parts == st8.bytes_sent, st8
+    assert 0 < st8.scale_bytes_sent < st8.code_bytes_sent and st8.index_bytes_sent == 0, st8
     # SPARTA's values in bf16: half the bytes of fp32 for the same selections.
     m32, m16 = make_model(seed=rank()), make_model(seed=rank())
     s32 = trickle.SPARTA(m32, fraction=0.2, seed=4)
