@@ -21,15 +21,25 @@
 namespace trickle_sim {
 
 // What is about to run, so a saved report says how it was made.
-inline void print_header(std::ostream& out, const sim_config& cfg, const dataset& data, const mlp& model) {
+inline void print_header(std::ostream& out, const sim_config& cfg, const dataset& data) {
     out << "trickle-sim: " << cfg.workers << " workers x " << cfg.steps << " steps, batch " << cfg.batch
-        << " per worker, lr " << cfg.lr << ", seed " << cfg.seed << '\n';
+        << " per worker, lr " << cfg.lr;
+    if (cfg.lr_schedule != schedule_kind::constant) out << " (" << name_of(cfg.lr_schedule) << " decay)";
+    if (cfg.clip > 0) out << ", gradient clip " << cfg.clip;
+    out << ", seed " << cfg.seed << '\n';
     out << "data: " << data.source << ", " << data.tokens.size() << " bytes, vocabulary " << data.vocab() << ", "
         << name_of(cfg.shards) << " shards of ~" << data.shards[0].size() << " positions, "
         << data.eval_positions.size() << " held-out positions\n";
-    out << "model: context " << cfg.model.context << ", embedding " << cfg.model.embed << ", " << cfg.model.layers
-        << " x " << cfg.model.hidden << " tanh, " << model.size() << " parameters (matrix products: " << gemm_backend()
-        << ")\n";
+    const std::size_t parameters = parameter_count(cfg.model, data.vocab());
+    if (cfg.model.kind == model_kind::gpt)
+        out << "model: gpt, context " << cfg.model.context << ", layers " << cfg.model.layers << ", d_model "
+            << cfg.model.d_model << ", heads " << cfg.model.heads << ", " << parameters
+            << " parameters (matrix products: " << gemm_backend() << ", " << detail::threads_per_worker(cfg.workers)
+            << " thread(s) per worker)\n";
+    else
+        out << "model: context " << cfg.model.context << ", embedding " << cfg.model.embed << ", " << cfg.model.layers
+            << " x " << cfg.model.hidden << " tanh, " << parameters << " parameters (matrix products: "
+            << gemm_backend() << ")\n";
     bool sparta = false, diloco = false;
     for (auto s : cfg.strategies) {
         sparta = sparta || uses_sparta(s);
@@ -67,8 +77,7 @@ inline int run_simulation(const sim_config& cfg, std::ostream& out) {
     std::optional<csv_writer> csv;
     if (!cfg.csv.empty()) csv.emplace(cfg.csv);
 
-    const mlp model(cfg.model, data.vocab());
-    print_header(out, cfg, data, model);
+    print_header(out, cfg, data);
     out << std::flush;
 
     progress_line progress(!cfg.quiet);
@@ -77,7 +86,8 @@ inline int run_simulation(const sim_config& cfg, std::ostream& out) {
         const auto s = cfg.strategies[i];
         std::ostringstream label;
         label << '[' << i + 1 << '/' << cfg.strategies.size() << ' ' << name_of(s) << ']';
-        progress.begin(label.str(), cfg.steps);
+        progress.begin(label.str(), cfg.steps,
+                       static_cast<double>(cfg.workers) * cfg.batch * targets_per_example(cfg.model));
         runs.push_back(run_strategy(cfg, data, s, &progress));
         progress.end();
         if (csv) csv->write(runs.back());

@@ -241,7 +241,7 @@ struct dataset {
     std::vector<std::uint8_t> tokens;        // the whole text
     std::size_t train_end = 0;               // tokens [0, train_end) train, the rest is held out
     std::vector<std::vector<std::uint32_t>> shards;  // per worker: target positions, each >= context
-    std::vector<std::uint32_t> eval_positions;       // held-out target positions
+    std::vector<std::uint32_t> eval_positions;       // held-out target positions (gpt: the last of each window)
 
     int vocab() const { return static_cast<int>(alphabet.size()); }
 };
@@ -303,9 +303,18 @@ inline dataset make_dataset(const std::string& text, std::string source, const s
                 shard.push_back(static_cast<std::uint32_t>(C + order[s] * shard_sequence + k));
     }
 
-    // Held-out targets start C after the split, so no context reaches into training text;
-    // at most eval_size of them, evenly spaced.
+    // Held-out targets start C after the split, so no context reaches into training text.
     const std::size_t first = d.train_end + C, available = n - first;
+    if (cfg.model.kind == model_kind::gpt) {
+        // The GPT predicts every target of a window: consecutive windows of C targets from
+        // the start of the held-out text, enough to cover eval_size targets (or all there are).
+        const std::size_t windows =
+            std::min((available - 1) / C + 1, (static_cast<std::size_t>(cfg.eval_size) + C - 1) / C);
+        d.eval_positions.reserve(windows);
+        for (std::size_t k = 0; k < windows; ++k) d.eval_positions.push_back(static_cast<std::uint32_t>(first + k * C));
+        return d;
+    }
+    // The MLP: at most eval_size targets, evenly spaced.
     const std::size_t count = std::min<std::size_t>(available, static_cast<std::size_t>(cfg.eval_size));
     d.eval_positions.reserve(count);
     for (std::size_t k = 0; k < count; ++k)

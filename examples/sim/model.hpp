@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <numbers>
 #include <span>
 #include <string>
 #include <vector>
@@ -219,10 +220,12 @@ private:
 };
 
 // AdamW (decoupled weight decay) with the replica's own moment estimates, as each DiLoCo
-// worker keeps its own inner optimizer state.
+// worker keeps its own inner optimizer state. Model: mlp or gpt (its tensors() say which
+// parameters decay).
 class adamw {
 public:
-    adamw(const mlp& model, float weight_decay, float beta1 = 0.9f, float beta2 = 0.95f, float eps = 1e-8f)
+    template <class Model>
+    adamw(const Model& model, float weight_decay, float beta1 = 0.9f, float beta2 = 0.95f, float eps = 1e-8f)
         : tensors_(model.tensors()), m_(model.size(), 0.0f), v_(model.size(), 0.0f), wd_(weight_decay),
           b1_(beta1), b2_(beta2), eps_(eps) {}
 
@@ -251,10 +254,32 @@ private:
     std::int64_t t_ = 0;
 };
 
-// Inner learning rate at step t (1-based): linear warm-up, then constant.
+// Inner learning rate at step t (1-based): linear warm-up, then --lr-schedule: constant,
+// or a linear or cosine decay that reaches lr_floor x lr at the last step.
+inline constexpr double lr_floor = 0.1;
 inline float learning_rate(const sim_config& c, int t) {
     if (c.warmup > 0 && t < c.warmup) return c.lr * static_cast<float>(t) / static_cast<float>(c.warmup);
-    return c.lr;
+    if (c.lr_schedule == schedule_kind::constant) return c.lr;
+    const int span = c.steps - c.warmup;
+    const double progress = span > 0 ? std::clamp(static_cast<double>(t - c.warmup) / span, 0.0, 1.0) : 1.0;
+    const double shape = c.lr_schedule == schedule_kind::linear
+                             ? 1.0 - progress
+                             : 0.5 * (1.0 + std::cos(std::numbers::pi * progress));
+    return static_cast<float>(c.lr * (lr_floor + (1.0 - lr_floor) * shape));
+}
+
+// Scales the gradient down to global L2 norm max_norm when it is longer (max_norm 0: never);
+// returns the norm before clipping. Summed in double, in index order, so every worker that
+// holds the same gradient (ddp) clips it the same way.
+inline double clip_global_norm(float* grads, std::size_t n, float max_norm) {
+    double ss = 0;
+    for (std::size_t i = 0; i < n; ++i) ss += static_cast<double>(grads[i]) * grads[i];
+    const double norm = std::sqrt(ss);
+    if (max_norm > 0 && norm > max_norm) {
+        const auto scale = static_cast<float>(max_norm / norm);
+        for (std::size_t i = 0; i < n; ++i) grads[i] *= scale;
+    }
+    return norm;
 }
 
 } // namespace trickle_sim

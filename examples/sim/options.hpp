@@ -32,6 +32,7 @@ enum class schedule_kind { constant, linear, cosine };
 enum class topology_kind { all_reduce, ring, gossip, exponential, islands };
 enum class outer_kind { nesterov, sgd, momentum, adam, average };
 enum class codec_kind { fp32, bf16, fp16, fp8_e4m3, fp8_e5m2, fp8_block, int8, int4, sign2 };
+enum class model_kind { mlp, gpt };
 
 inline constexpr std::string_view strategy_names[] = {"ddp", "none", "sparta", "diloco", "sparta-diloco"};
 inline constexpr std::string_view shard_names[] = {"iid", "non-iid"};
@@ -40,6 +41,7 @@ inline constexpr std::string_view schedule_names[] = {"constant", "linear", "cos
 inline constexpr std::string_view topology_names[] = {"all-reduce", "ring", "gossip", "exponential", "islands"};
 inline constexpr std::string_view outer_names[] = {"nesterov", "sgd", "momentum", "adam", "average"};
 inline constexpr std::string_view codec_names[] = {"fp32", "bf16", "fp16", "fp8-e4m3", "fp8-e5m2", "fp8-block", "int8", "int4", "sign2"};
+inline constexpr std::string_view model_names[] = {"mlp", "gpt"};
 
 template <class E, std::size_t N>
 std::string_view name_of(E e, const std::string_view (&names)[N]) {
@@ -52,6 +54,7 @@ inline std::string_view name_of(schedule_kind s) { return name_of(s, schedule_na
 inline std::string_view name_of(topology_kind s) { return name_of(s, topology_names); }
 inline std::string_view name_of(codec_kind s) { return name_of(s, codec_names); }
 inline std::string_view name_of(outer_kind s) { return name_of(s, outer_names); }
+inline std::string_view name_of(model_kind s) { return name_of(s, model_names); }
 
 inline bool uses_sparta(strategy_kind s) { return s == strategy_kind::sparta || s == strategy_kind::sparta_diloco; }
 inline bool uses_diloco(strategy_kind s) { return s == strategy_kind::diloco || s == strategy_kind::sparta_diloco; }
@@ -68,11 +71,24 @@ inline double default_outer_lr(outer_kind o) {
     return 0.7;
 }
 
+// The GPT's defaults where they differ from the MLP's: what --model gpt means when
+// --context, --batch, --lr-schedule or --clip are not given (docs/simulator.md says why).
+struct gpt_defaults {
+    static constexpr int context = 32;
+    static constexpr int batch = 4;
+    static constexpr int d_model = 48;
+    static constexpr int heads = 4;
+    static constexpr float clip = 1.0f;
+};
+
 struct model_config {
-    int context = 12;  // characters of context
-    int embed = 24;    // embedding width per character
-    int hidden = 256;  // units per hidden layer
-    int layers = 2;    // hidden layers (tanh)
+    model_kind kind = model_kind::mlp;
+    int context = 12;  // characters of context (gpt: the window, and the number of positions)
+    int embed = 24;    // mlp: embedding width per character
+    int hidden = 256;  // mlp: units per hidden layer
+    int layers = 2;    // mlp: hidden layers (tanh); gpt: transformer blocks
+    int d_model = gpt_defaults::d_model; // gpt: width of the residual stream
+    int heads = gpt_defaults::heads;     // gpt: attention heads (divide d_model)
 };
 
 struct sim_config {
@@ -86,6 +102,8 @@ struct sim_config {
     float lr = 4e-3f;
     int warmup = 50;
     float weight_decay = 0.1f;
+    schedule_kind lr_schedule = schedule_kind::constant; // after warm-up; linear and cosine end at 0.1 x lr
+    float clip = 0.0f;                                   // global gradient-norm limit (0: no clipping)
     model_config model{};
 
     std::string data_file;              // empty: the generated corpus
@@ -139,6 +157,10 @@ inline std::string help_text() {
 
 usage: trickle-sim [options]      (no options: compare ddp, none, sparta, diloco, sparta-diloco)
 
+Model
+  --model mlp|gpt        mlp: an MLP over a window of characters (default);
+                         gpt: a decoder-only transformer over the bytes
+
 Strategies
   --strategy LIST        comma-separated, each run in turn on identical data and seeds:
                          ddp            average gradients every step (dense all-reduce)
@@ -151,10 +173,15 @@ Strategies
   --steps S              inner optimizer steps per worker (default 2000)
   --eval-every E         evaluate the averaged model every E steps and at the end (default 100)
   --seed X               seeds data order, initialisation, corpus and samplers (default 42)
-  --batch B              examples (context windows) per worker per step, 1..65536 (default 32)
+  --batch B              examples (context windows) per worker per step, 1..65536
+                         (default 32; gpt: 4 windows, each --context targets)
   --lr LR                inner AdamW learning rate (default 0.004)
   --warmup W             linear learning-rate warm-up steps, >= 0 (default 50)
+  --lr-schedule S        constant|linear|cosine after the warm-up; linear and cosine decay to
+                         0.1 x --lr at the last step (default constant; gpt: cosine)
   --weight-decay WD      AdamW decoupled weight decay on weight matrices, >= 0 (default 0.1)
+  --clip G               clip each step's gradient to global L2 norm G, >= 0; 0: off
+                         (default 0; gpt: 1)
 
 Data
   --data FILE            train on this text file (bytes are the vocabulary); without it, a
@@ -164,11 +191,13 @@ Data
                          non-iid: each worker gets one contiguous stretch (default iid)
   --eval-size N          held-out positions evaluated (last 10% of the text), >= 1 (default 8192)
 
-Model (an MLP over a window of characters)
-  --context C            characters of context, 1..256 (default 12)
-  --embed E              embedding width, 1..1024 (default 24)
-  --hidden H             units per hidden layer, 1..8192 (default 256)
-  --layers L             hidden tanh layers, 1..8 (default 2)
+Model size
+  --context C            characters of context, 1..256 (default 12; gpt: 32)
+  --layers L             mlp: hidden tanh layers; gpt: transformer blocks; 1..8 (default 2)
+  --embed E              mlp only: embedding width, 1..1024 (default 24)
+  --hidden H             mlp only: units per hidden layer, 1..8192 (default 256)
+  --d-model D            gpt only: residual stream width, 1..4096 (default 48)
+  --heads H              gpt only: attention heads, dividing --d-model, 1..256 (default 4)
 
 SPARTA (sparta, sparta-diloco)
   --fraction P           fraction of parameters averaged per exchange, (0, 1] (default 0.005)
@@ -283,6 +312,8 @@ inline sim_config parse_cli(std::span<const std::string> args) {
     bool fraction_end_given = false, outer_lr_given = false, outer_momentum_given = false,
          block_size_given = false, outer_lr_schedule_given = false, outer_lr_end_given = false,
          island_size_given = false, codec_block_given = false;
+    bool context_given = false, batch_given = false, lr_schedule_given = false, clip_given = false;
+    std::vector<std::string> mlp_only, gpt_only;
     std::vector<std::string> seen;
 
     for (std::size_t i = 0; i < args.size(); ++i) {
@@ -310,7 +341,8 @@ inline sim_config parse_cli(std::span<const std::string> args) {
             "--hidden", "--layers", "--fraction", "--sampler", "--block-size", "--interval",
             "--fraction-schedule", "--fraction-end", "--outer-interval", "--outer", "--outer-lr",
             "--outer-momentum", "--outer-lr-schedule", "--outer-lr-end", "--drop-prob", "--prune", "--topology",
-            "--island-size", "--csv", "--codec", "--outer-codec", "--codec-block", "--error-feedback", "--outer-topk"};
+            "--island-size", "--csv", "--codec", "--outer-codec", "--codec-block", "--error-feedback", "--outer-topk",
+            "--model", "--d-model", "--heads", "--lr-schedule", "--clip"};
         bool is_known = false;
         for (auto k : known) is_known = is_known || k == opt;
         if (!is_known) throw usage_error("unknown option '" + opt + "' (see --help)");
@@ -347,6 +379,7 @@ inline sim_config parse_cli(std::span<const std::string> args) {
             c.seed = detail::parse_int<std::uint64_t>(opt, v, 0, std::numeric_limits<std::uint64_t>::max());
         } else if (opt == "--batch") {
             c.batch = detail::parse_int<int>(opt, v, 1, 65536);
+            batch_given = true;
         } else if (opt == "--lr") {
             const double x = detail::parse_double(opt, v);
             if (!(x > 0 && x <= 10)) detail::bad_value(opt, v, "must be in (0, 10]");
@@ -368,10 +401,29 @@ inline sim_config parse_cli(std::span<const std::string> args) {
             c.eval_size = detail::parse_int<int>(opt, v, 1, int_max);
         } else if (opt == "--context") {
             c.model.context = detail::parse_int<int>(opt, v, 1, 256);
+            context_given = true;
         } else if (opt == "--embed") {
             c.model.embed = detail::parse_int<int>(opt, v, 1, 1024);
+            mlp_only.push_back(opt);
         } else if (opt == "--hidden") {
             c.model.hidden = detail::parse_int<int>(opt, v, 1, 8192);
+            mlp_only.push_back(opt);
+        } else if (opt == "--model") {
+            c.model.kind = detail::parse_enum<model_kind>(opt, v, model_names);
+        } else if (opt == "--d-model") {
+            c.model.d_model = detail::parse_int<int>(opt, v, 1, 4096);
+            gpt_only.push_back(opt);
+        } else if (opt == "--heads") {
+            c.model.heads = detail::parse_int<int>(opt, v, 1, 256);
+            gpt_only.push_back(opt);
+        } else if (opt == "--lr-schedule") {
+            c.lr_schedule = detail::parse_enum<schedule_kind>(opt, v, schedule_names);
+            lr_schedule_given = true;
+        } else if (opt == "--clip") {
+            const double x = detail::parse_double(opt, v);
+            if (!(x >= 0 && x <= 1e6)) detail::bad_value(opt, v, "must be in [0, 1e6] (0: no clipping)");
+            c.clip = static_cast<float>(x);
+            clip_given = true;
         } else if (opt == "--layers") {
             c.model.layers = detail::parse_int<int>(opt, v, 1, 8);
         } else if (opt == "--fraction") {
@@ -467,6 +519,21 @@ inline sim_config parse_cli(std::span<const std::string> args) {
             if (v.empty()) detail::bad_value(opt, v, "expected a file name");
             c.csv = std::string(v);
         }
+    }
+
+    const bool gpt = c.model.kind == model_kind::gpt;
+    if (gpt && !mlp_only.empty())
+        throw usage_error(mlp_only.front() + ": applies to --model mlp only (the gpt's width is --d-model)");
+    if (!gpt && !gpt_only.empty())
+        throw usage_error(gpt_only.front() + ": applies to --model gpt only, but --model is mlp");
+    if (gpt) {
+        if (c.model.d_model % c.model.heads != 0)
+            throw usage_error("--heads: " + std::to_string(c.model.heads) + " heads do not divide --d-model " +
+                              std::to_string(c.model.d_model));
+        if (!context_given) c.model.context = gpt_defaults::context;
+        if (!batch_given) c.batch = gpt_defaults::batch;
+        if (!lr_schedule_given) c.lr_schedule = schedule_kind::cosine;
+        if (!clip_given) c.clip = gpt_defaults::clip;
     }
 
     bool any_sparta = false, any_diloco = false;

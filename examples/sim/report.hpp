@@ -108,9 +108,11 @@ class progress_line final : public step_observer {
 public:
     explicit progress_line(bool enabled) : enabled_(enabled), tty_(isatty(fileno(stderr)) == 1) {}
 
-    void begin(std::string label, int steps) {
+    // tokens_per_step: targets trained per step over all workers, for the throughput.
+    void begin(std::string label, int steps, double tokens_per_step) {
         label_ = std::move(label);
         steps_ = steps;
+        tokens_per_step_ = tokens_per_step;
         start_ = last_ = std::chrono::steady_clock::now();
         loss_ = 0;
         seen_ = 0;
@@ -127,9 +129,12 @@ public:
         last_ = now;
         const double elapsed = std::chrono::duration<double>(now - start_).count();
         const double eta = elapsed / step * (steps_ - step);
+        // Training tokens (predicted characters) per second, all workers together; the
+        // evaluations inside the elapsed time count against it.
+        const double rate = elapsed > 0 ? tokens_per_step_ * step / elapsed : 0.0;
         char line[256];
-        std::snprintf(line, sizeof line, "%s  step %d/%d  loss %.4f  elapsed %.1fs  ETA %.1fs", label_.c_str(), step,
-                      steps_, loss_, elapsed, eta);
+        std::snprintf(line, sizeof line, "%s  step %d/%d  loss %.4f  %.0f tok/s  elapsed %.1fs  ETA %.1fs",
+                      label_.c_str(), step, steps_, loss_, rate, elapsed, eta);
         if (tty_)
             std::fprintf(stderr, "\r\033[K%s", line);
         else
@@ -148,6 +153,7 @@ private:
     bool enabled_, tty_;
     std::string label_;
     int steps_ = 0;
+    double tokens_per_step_ = 0;
     std::chrono::steady_clock::time_point start_, last_;
     double loss_ = 0;
     long seen_ = 0;

@@ -32,4 +32,11 @@ if(NOT TARGET trickle_sim)
     else()
         message(STATUS "trickle-sim: OpenBLAS not found; matrix products use built-in blocked loops")
     endif()
+    # The GPT's products and attention split over the cores the workers leave free
+    # (examples/sim/gpt.hpp); without OpenMP (or with TRICKLE_ENABLE_OPENMP=OFF, as under
+    # ThreadSanitizer) each worker runs on its one thread.
+    if(TRICKLE_HAVE_OPENMP AND TARGET OpenMP::OpenMP_CXX)
+        target_link_libraries(trickle_sim PUBLIC OpenMP::OpenMP_CXX)
+        target_compile_definitions(trickle_sim PUBLIC TRICKLE_SIM_HAVE_OPENMP=1)
+    endif()
 endif()

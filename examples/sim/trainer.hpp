@@ -7,6 +7,7 @@
 #pragma once
 
 #include "corpus.hpp"
+#include "gpt.hpp"
 #include "model.hpp"
 #include "options.hpp"
 #include "replicas.hpp"
@@ -71,13 +72,29 @@ inline double reduction(std::uint64_t reference, std::uint64_t bytes) {
     return static_cast<double>(reference) / static_cast<double>(bytes);
 }
 
-// Trains every worker for cfg.steps steps under one strategy and evaluates every
-// cfg.eval_every steps and at the end. Throws what a worker threw (trickle's errors,
-// usage_error for a strategy this build cannot run).
-inline run_result run_strategy(const sim_config& cfg, const dataset& data, strategy_kind kind,
-                               step_observer* observer = nullptr) {
-    single_threaded_blas();
-    const mlp model(cfg.model, data.vocab());
+// The targets one example trains: 1 for the MLP, a window's --context for the GPT.
+inline int targets_per_example(const model_config& m) { return m.kind == model_kind::gpt ? m.context : 1; }
+
+// What trickle-sim trains: the model of --model, and a workspace for one worker.
+inline std::size_t parameter_count(const model_config& m, int vocab) {
+    return m.kind == model_kind::gpt ? gpt(m, vocab).size() : mlp(m, vocab).size();
+}
+
+namespace detail {
+
+// One worker's workspace: the MLP evaluates in batches of 256 examples, the GPT in
+// batches of about 1024 targets, both at least a training batch.
+inline mlp_workspace make_workspace(const mlp& model, const sim_config& cfg) {
+    return mlp_workspace(model, std::max(cfg.batch, 256));
+}
+inline gpt_workspace make_workspace(const gpt& model, const sim_config& cfg) {
+    return gpt_workspace(model, std::max(cfg.batch, std::max(1, 1024 / cfg.model.context)),
+                         threads_per_worker(cfg.workers));
+}
+
+template <class Model>
+run_result run_strategy_with(const Model& model, const sim_config& cfg, const dataset& data, strategy_kind kind,
+                             step_observer* observer) {
     const std::size_t n = model.size();
     const int N = cfg.workers;
     const auto W = static_cast<std::size_t>(N);
@@ -98,7 +115,8 @@ inline run_result run_strategy(const sim_config& cfg, const dataset& data, strat
     std::vector<std::uint64_t> bytes_part(W);
     const auto pairs = replica_pairs(N);
     const std::size_t M = data.eval_positions.size();
-    constexpr int eval_batch = 256;
+    // Held-out targets: M examples of targets_per_example each.
+    const double eval_targets = static_cast<double>(M) * targets_per_example(cfg.model);
     std::chrono::steady_clock::time_point start;
 
     trickle::comm::run_local(N, [&](trickle::comm::local& comm) {
@@ -114,7 +132,7 @@ inline run_result run_strategy(const sim_config& cfg, const dataset& data, strat
         const auto ex = make_exchanger(kind, cfg, group, comm, static_cast<float>(shard.size()));
 
         adamw opt(model, cfg.weight_decay);
-        mlp_workspace ws(model, std::max(cfg.batch, eval_batch));
+        auto ws = make_workspace(model, cfg);
         rng batches = rng::stream(cfg.seed, 0x6261746368000000ull + static_cast<std::uint64_t>(r));
         std::vector<std::uint32_t> batch(static_cast<std::size_t>(cfg.batch));
         double loss_sum = 0;
@@ -126,6 +144,7 @@ inline run_result run_strategy(const sim_config& cfg, const dataset& data, strat
             for (auto& p : batch) p = shard[batches.below(shard.size())];
             const float loss = ws.train_step(params.data(), grads.data(), data.tokens.data(), batch.data(), cfg.batch);
             ex->reduce_gradients(grads.data(), n);
+            if (cfg.clip > 0) clip_global_norm(grads.data(), n, cfg.clip);
             opt.step(params.data(), grads.data(), learning_rate(cfg, t));
             ex->after_step();
             loss_sum += loss;
@@ -160,7 +179,7 @@ inline run_result run_strategy(const sim_config& cfg, const dataset& data, strat
                 corr_sum += corr_part[w];
                 row.bytes_sent_per_worker = std::max(row.bytes_sent_per_worker, bytes_part[w]);
             }
-            row.eval_loss = eval_sum / static_cast<double>(M);
+            row.eval_loss = eval_sum / eval_targets;
             row.eval_ppl = std::exp(row.eval_loss);
             row.train_loss = train / static_cast<double>(W);
             row.correlation = pairs.empty() ? 1.0 : corr_sum / static_cast<double>(pairs.size());
@@ -173,11 +192,23 @@ inline run_result run_strategy(const sim_config& cfg, const dataset& data, strat
         // Each replica alone, to set against the averaged model: when replicas have drifted
         // apart, their average is worse than any of them.
         result.replica_eval_loss[R] =
-            ws.loss_sum(params.data(), data.tokens.data(), data.eval_positions.data(), M) / static_cast<double>(M);
+            ws.loss_sum(params.data(), data.tokens.data(), data.eval_positions.data(), M) / eval_targets;
         result.replicas[R] = std::move(params);
     });
     result.wall_s = result.rows.empty() ? 0.0 : result.rows.back().wall_s;
     return result;
+}
+
+} // namespace detail
+
+// Trains every worker for cfg.steps steps under one strategy and evaluates every
+// cfg.eval_every steps and at the end. Throws what a worker threw (trickle's errors,
+// usage_error for a strategy this build cannot run).
+inline run_result run_strategy(const sim_config& cfg, const dataset& data, strategy_kind kind,
+                               step_observer* observer = nullptr) {
+    single_threaded_blas();
+    if (cfg.model.kind == model_kind::gpt) return detail::run_strategy_with(gpt(cfg.model, data.vocab()), cfg, data, kind, observer);
+    return detail::run_strategy_with(mlp(cfg.model, data.vocab()), cfg, data, kind, observer);
 }
 
 } // namespace trickle_sim

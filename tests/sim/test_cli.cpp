@@ -119,6 +119,43 @@ TEST_CASE("cli: every option is read, in both --opt V and --opt=V forms") {
     CHECK(z.error_feedback == 0.9);
 }
 
+TEST_CASE("cli: --model gpt and its options; the mlp's defaults stay as they were") {
+    const sim_config mlp = parse({});
+    CHECK(mlp.model.kind == model_kind::mlp);
+    CHECK(mlp.model.context == 12);
+    CHECK(mlp.model.layers == 2);
+    CHECK(mlp.batch == 32);
+    CHECK(mlp.lr_schedule == schedule_kind::constant);
+    CHECK(mlp.clip == 0.0f);
+
+    // The gpt's own defaults for what is not given.
+    const sim_config g = parse({"--model", "gpt"});
+    CHECK(g.model.kind == model_kind::gpt);
+    CHECK(g.model.context == gpt_defaults::context);
+    CHECK(g.model.d_model == gpt_defaults::d_model);
+    CHECK(g.model.heads == gpt_defaults::heads);
+    CHECK(g.model.layers == 2);
+    CHECK(g.batch == gpt_defaults::batch);
+    CHECK(g.lr_schedule == schedule_kind::cosine);
+    CHECK(g.clip == gpt_defaults::clip);
+
+    // Given values win over those defaults.
+    const sim_config r = parse({"--model=gpt", "--layers", "4", "--d-model", "128", "--heads", "8", "--context", "128",
+                                "--batch", "16", "--lr-schedule", "constant", "--clip", "0"});
+    CHECK(r.model.layers == 4);
+    CHECK(r.model.d_model == 128);
+    CHECK(r.model.heads == 8);
+    CHECK(r.model.context == 128);
+    CHECK(r.batch == 16);
+    CHECK(r.lr_schedule == schedule_kind::constant);
+    CHECK(r.clip == 0.0f);
+
+    // The schedule and the clip apply to the mlp too when asked for.
+    const sim_config m = parse({"--lr-schedule", "linear", "--clip", "2.5"});
+    CHECK(m.lr_schedule == schedule_kind::linear);
+    CHECK(m.clip == 2.5f);
+}
+
 TEST_CASE("cli: enumerations accept exactly their documented names") {
     for (auto [name, s] : {std::pair{"ddp", strategy_kind::ddp}, std::pair{"none", strategy_kind::none},
                            std::pair{"sparta", strategy_kind::sparta}, std::pair{"diloco", strategy_kind::diloco},
@@ -237,6 +274,23 @@ TEST_CASE("cli: bad input is an error that names the option") {
         {{"--strategy", "ddp,none", "--fraction", "0.1"}, "--fraction: applies to sparta and sparta-diloco, but --strategy is ddp,none"},
         {{"--strategy", "sparta", "--outer-interval", "10"}, "--outer-interval: applies to diloco and sparta-diloco, but --strategy is sparta"},
         {{"--strategy", "ddp", "--topology", "ring"}, "--topology: applies to sparta and diloco strategies"},
+        // --model gpt and its sizes.
+        {{"--model", "transformer"}, "--model: expected one of mlp|gpt, got 'transformer'"},
+        {{"--model", "gpt", "--heads", "5"}, "--heads: 5 heads do not divide --d-model 48"},
+        {{"--model", "gpt", "--d-model", "30", "--heads", "4"}, "--heads: 4 heads do not divide --d-model 30"},
+        {{"--model", "gpt", "--d-model", "0"}, "--d-model: must be in [1, 4096], got '0'"},
+        {{"--model", "gpt", "--d-model", "-8"}, "--d-model: must be in [1, 4096]"},
+        {{"--model", "gpt", "--heads", "0"}, "--heads: must be in [1, 256], got '0'"},
+        {{"--model", "gpt", "--layers", "0"}, "--layers: must be in [1, 8], got '0'"},
+        {{"--model", "gpt", "--layers", "-1"}, "--layers: must be in [1, 8]"},
+        {{"--model", "gpt", "--context", "0"}, "--context: must be in [1, 256], got '0'"},
+        {{"--model", "gpt", "--context", "-4"}, "--context: must be in [1, 256]"},
+        {{"--d-model", "64"}, "--d-model: applies to --model gpt only, but --model is mlp"},
+        {{"--model", "mlp", "--heads", "2"}, "--heads: applies to --model gpt only, but --model is mlp"},
+        {{"--model", "gpt", "--hidden", "64"}, "--hidden: applies to --model mlp only"},
+        {{"--model", "gpt", "--embed", "8"}, "--embed: applies to --model mlp only"},
+        {{"--lr-schedule", "exponential"}, "--lr-schedule: expected one of constant|linear|cosine"},
+        {{"--clip", "-1"}, "--clip: must be in [0, 1e6]"},
     };
     for (const auto& c : cases) {
         CAPTURE(c.must_contain);
@@ -286,6 +340,25 @@ TEST_CASE("cli: run_cli exits 2 with the message on stderr for bad options and b
     CHECK(r.code == 2);
     CHECK(r.err.find("is not a regular file") != std::string::npos);
 
+    r = run({"--model", "gpt", "--heads", "5"});
+    CHECK(r.code == 2);
+    CHECK(r.out.empty());
+    CHECK(r.err.find("--heads: 5 heads do not divide --d-model 48") != std::string::npos);
+
+    r = run({"--model", "tiny-gpt"});
+    CHECK(r.code == 2);
+    CHECK(r.err.find("--model: expected one of mlp|gpt") != std::string::npos);
+
+    r = run({"--heads", "2"});
+    CHECK(r.code == 2);
+    CHECK(r.err.find("--heads: applies to --model gpt only") != std::string::npos);
+
+    // A context longer than the text allows: the gpt's window must fit in the held-out tenth.
+    const sim_test::temp_file text("gpt-text.txt", std::string(1000, 'a') + std::string(1000, 'b'));
+    r = run({"--model", "gpt", "--data", text.path(), "--context", "256", "--quiet"});
+    CHECK(r.code == 2);
+    CHECK(r.err.find("bytes are too few to shard over 4 workers with context 256") != std::string::npos);
+
     r = run({"--strategy", "none", "--steps", "1", "--csv", "/nonexistent/dir/out.csv", "--quiet",
              "--corpus-chars", "20000", "--hidden", "4", "--embed", "2", "--context", "2", "--eval-size", "8"});
     CHECK(r.code == 2);
@@ -302,7 +375,8 @@ TEST_CASE("cli: --help documents every option and exits 0") {
                             "--interval", "--fraction-schedule", "--fraction-end", "--outer-interval", "--outer",
                             "--outer-lr", "--outer-momentum", "--outer-lr-schedule", "--outer-lr-end", "--drop-prob",
                             "--prune", "--topology", "--island-size", "--csv", "--codec", "--outer-codec",
-                            "--codec-block", "--error-feedback", "--outer-topk", "--quiet", "--help"})
+                            "--codec-block", "--error-feedback", "--outer-topk", "--model", "--d-model", "--heads",
+                            "--lr-schedule", "--clip", "--quiet", "--help"})
         CHECK_MESSAGE(r.out.find(opt) != std::string::npos, opt);
     CHECK(r.out.find("correlation,bytes_sent_per_worker,reduction_vs_ddp,wall_s") != std::string::npos);
 }
