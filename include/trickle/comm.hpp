@@ -1,6 +1,7 @@
 // trickle/comm.hpp: the communicator concept and every communicator this build has.
 #pragma once
 
+#include <trickle/comm/async.hpp>
 #include <trickle/comm/communicator.hpp>
 #include <trickle/comm/local.hpp>
 #include <trickle/comm/local_cuda.hpp>

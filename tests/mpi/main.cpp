@@ -26,9 +26,10 @@ int main(int argc, char** argv) {
         trickle_mpi_test::error_before_init = std::string("(wrong exception type) ") + e.what();
     }
 
-    // FUNNELED: rank 0 runs comm::local reference workers on threads that never call MPI.
+    // SERIALIZED: comm::async's progress thread calls MPI (one thread at a time); rank 0
+    // also runs comm::local reference workers on threads that never call MPI.
     int provided = MPI_THREAD_SINGLE;
-    if (MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
+    if (MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS) {
         std::fprintf(stderr, "MPI_Init_thread failed\n");
         return 1;
     }

@@ -1,5 +1,6 @@
 // comm::mpi under mpirun: sums, identical bits, byte counts, failure modes, agreement, and equality with comm::local.
 #include <trickle/algorithm/agreement.hpp>
+#include <trickle/comm/async.hpp>
 #include <trickle/comm/local.hpp>
 #include <trickle/comm/mpi.hpp>
 
@@ -491,4 +492,37 @@ TEST_CASE("mpi: the same results and byte counts as comm::local for the same inp
         if (std::fabs(a - b) > 4e-7f * N * (std::fabs(b) + 1.0f)) ++far;
     }
     CHECK(far == 0);
+}
+
+TEST_CASE("mpi through comm::async: overlapped all-reduces and shifts give the blocking bits and bytes") {
+    comm::mpi c(MPI_COMM_WORLD);
+    if (!c.thread_level_ok()) {
+        MESSAGE("skipped: MPI was initialized below MPI_THREAD_SERIALIZED");
+        return;
+    }
+    const int N = c.size(), r = c.rank();
+    std::vector<float> a(1003), b(1003), sa(77), sb(77), ra(77), rb(77);
+    for (std::size_t i = 0; i < a.size(); ++i) a[i] = b[i] = wavy(r, i);
+    for (std::size_t i = 0; i < sa.size(); ++i) sa[i] = sb[i] = wavy(r + 5, i);
+    const traffic_counters t0 = c.traffic();
+    c.all_reduce_sum(a.data(), a.size());
+    c.send_recv(sa.data(), sa.size(), (r + 1) % N, ra.data(), ra.size(), (r + N - 1) % N);
+    const traffic_counters blocking = c.traffic() - t0;
+    traffic_counters overlapped;
+    {
+        comm::async<comm::mpi> ac(c);
+        const traffic_counters t1 = ac.traffic();
+        comm::request q1 = ac.start_all_reduce_sum(b.data(), b.size());
+        comm::request q2 = ac.start_send_recv(sb.data(), sb.size(), (r + 1) % N, rb.data(), rb.size(), (r + N - 1) % N);
+        double busy = 0;
+        for (int k = 0; k < 100000; ++k) busy += std::sqrt(static_cast<double>(k));
+        CHECK(busy > 0);
+        q1.wait();
+        q2.wait();
+        overlapped = ac.traffic() - t1;
+    }
+    CHECK(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+    CHECK(std::memcmp(ra.data(), rb.data(), ra.size() * sizeof(float)) == 0);
+    CHECK(overlapped == blocking);
+    CHECK(still_works(c));
 }

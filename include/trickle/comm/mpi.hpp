@@ -118,6 +118,15 @@ public:
     }
     ~mpi() { release(); }
 
+    // Whether MPI may be called from a thread other than the one that initialized it, one
+    // thread at a time (MPI_THREAD_SERIALIZED or MPI_THREAD_MULTIPLE), as comm::async's
+    // progress thread does.
+    bool thread_level_ok() const {
+        int provided = MPI_THREAD_SINGLE;
+        TRICKLE_MPI_CHECK(MPI_Query_thread(&provided));
+        return provided >= MPI_THREAD_SERIALIZED;
+    }
+
     int rank() const { return rank_; }
     int size() const { return size_; }
     traffic_counters traffic() const { return traffic_; }
