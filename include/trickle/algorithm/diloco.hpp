@@ -13,6 +13,7 @@
 #include <trickle/algorithm/agreement.hpp>
 #include <trickle/algorithm/detail/broadcast.hpp>
 #include <trickle/algorithm/detail/codec.hpp>
+#include <trickle/comm/async.hpp>
 #include <trickle/algorithm/checkpoint.hpp>
 #include <trickle/algorithm/detail/device.hpp>
 #include <trickle/algorithm/detail/erased.hpp>
@@ -65,6 +66,16 @@ struct diloco_options {
     bool state_in_pinned_host = false; // cuda_space only: keep snapshot and optimizer state in pinned host memory
     bool stochastic_rounding = false;  // a lossy codec rounds with the shared Philox stream instead of to nearest
     CUmemPoolHandle_st* device_pool = nullptr; // cuda_space: a cudaMemPool_t for trickle's buffers (default pool if null)
+    // Streaming DiLoCo (host parameters; see docs/streaming.md): the group split at tensor
+    // boundaries into fragments whose outer steps are staggered over the round, each
+    // fragment's average applied overlap_steps inner steps after its outer step began.
+    std::uint64_t fragments = 1;                 // F >= 1 (1 with overlap_steps 0: DiLoCo as above, bit for bit)
+    std::vector<std::uint32_t> fragment_tensors{}; // tensors per fragment, in group order (summing to the group's
+                                                 // tensors); empty: F fragments balanced by size
+    std::uint64_t overlap_steps = 0;             // tau in [0, H): the inner steps between a fragment's outer step
+                                                 // and the application of its average
+    double mix = 0.0;                            // alpha in [0, 1]: a late average is merged as
+                                                 // params = alpha local + (1 - alpha) global (0: replacement)
 };
 
 namespace detail {
@@ -139,6 +150,11 @@ public:
 
     diloco_engine(const diloco_engine&) = delete;
     diloco_engine& operator=(const diloco_engine&) = delete;
+    // A fragment's exchange still running on the communicator's progress thread writes into
+    // this object's buffers: wait for it before they go.
+    ~diloco_engine() {
+        for (fragment& f : frags_) f.request = comm::request{};
+    }
 
     // Call after every inner optimizer step, on every worker.
     template <class Exec>
@@ -152,19 +168,39 @@ public:
                                        "step it uncaptured");
         }
         const std::uint64_t t = stats_.steps;
-        if ((t + 1) % options_.interval == 0) {
-            if constexpr (std::is_same_v<Exec, exec::cuda>) {
-                outer_step_cuda(ex);
-            } else {
+        if constexpr (std::is_same_v<Exec, exec::cuda>) {
+            if ((t + 1) % options_.interval == 0) outer_step_cuda(ex);
+        } else {
+            if (streaming_)
+                streaming_step(ex, t);
+            else if ((t + 1) % options_.interval == 0)
                 outer_step(ex);
-            }
         }
         stats_.steps = t + 1;
         stats_.dense_bytes += dense_per_step_;
     }
 
-    // True when the next inner step completes an outer round.
-    bool outer_step_due() const { return (stats_.steps + 1) % options_.interval == 0; }
+    // True when the next inner step begins an outer step (of some fragment, when streaming).
+    bool outer_step_due() const {
+        if (!streaming_) return (stats_.steps + 1) % options_.interval == 0;
+        for (const fragment& f : frags_)
+            if (sync_due(f, stats_.steps)) return true;
+        return false;
+    }
+
+    // Streaming: the fragments' flat ranges [first, first + count), in group order.
+    std::vector<std::pair<std::size_t, std::size_t>> fragment_ranges() const {
+        std::vector<std::pair<std::size_t, std::size_t>> out;
+        for (const fragment& f : frags_) out.emplace_back(f.first, f.count);
+        return out;
+    }
+
+    // Streaming: fragments whose average has not been applied yet.
+    std::size_t fragments_in_flight() const {
+        std::size_t k = 0;
+        for (const fragment& f : frags_) k += f.pending ? 1 : 0;
+        return k;
+    }
 
     const exchange_stats& stats() const { return stats_; }
     const diloco_options& options() const { return options_; }
@@ -200,6 +236,12 @@ public:
             const std::vector<float> res = residual();
             w.section("residual", res.data(), res.size() * sizeof(float));
         }
+        if (streaming_) {
+            const std::vector<std::uint64_t> rec = fragment_record();
+            w.section("fragments", rec.data(), rec.size() * sizeof(std::uint64_t));
+            const std::vector<float> late = in_flight_values();
+            w.section("in_flight", late.data(), late.size() * sizeof(float));
+        }
         w.finish();
     }
 
@@ -215,7 +257,8 @@ public:
         std::string err;
         exchange_stats st{};
         std::uint64_t outer_t = 0, skipped = 0, attempts = 0;
-        std::vector<float> snap(n_), state(state_floats_), residual(feedback() ? n_ : 0);
+        std::vector<float> snap(n_), state(state_floats_), residual(feedback() ? n_ : 0), late;
+        std::vector<std::uint64_t> frag_record(streaming_ ? frags_.size() * fragment_fields : 0);
         try {
             if (!is) throw invalid_argument("checkpoint: cannot read " + source);
             detail::checkpoint_reader r(is);
@@ -229,6 +272,17 @@ public:
             r.section("snapshot", snap.data(), snap.size() * sizeof(float));
             r.section("outer_state", state.data(), state.size() * sizeof(float));
             if (feedback()) r.section("residual", residual.data(), residual.size() * sizeof(float));
+            if (streaming_) {
+                r.section("fragments", frag_record.data(), frag_record.size() * sizeof(std::uint64_t));
+                for (std::size_t f = 0; f < frags_.size(); ++f) {
+                    const std::uint64_t* v = frag_record.data() + f * fragment_fields;
+                    if (v[1] > 1 || (v[1] == 1 && (v[2] < st.steps || v[2] >= st.steps + options_.overlap_steps)))
+                        throw invalid_argument(detail::concat("checkpoint: fragment ", f,
+                                                              "'s in-flight state does not fit step ", st.steps));
+                }
+                late.resize(in_flight_size(frag_record));
+                r.section("in_flight", late.data(), late.size() * sizeof(float));
+            }
             r.finish(trailing);
             if (at_step && st.steps != *at_step)
                 throw invalid_argument(detail::concat("checkpoint: the DiLoCo part is at step ", st.steps,
@@ -245,6 +299,7 @@ public:
         copy_from_host(snapshot_, snap.data(), n_);
         copy_from_host(state_, state.data(), state_floats_);
         set_residual(std::move(residual));
+        if (streaming_) restore_fragments(frag_record, late);
         st.initial = stats_.initial; // what this object's construction sent, not the saved run's
         stats_ = st;
         outer_t_ = outer_t;
@@ -276,11 +331,50 @@ private:
         outer_.describe(rec);
         detail::describe_topology(topology_, rec, comm_.size());
         detail::describe_codec<Comm, Space>(codec_, topology_, rec, kind, options_.stochastic_rounding);
+        describe_streaming(group, rec);
         if (!(o.error_feedback >= 0.0 && o.error_feedback <= 1.0))
             rec.set_error(detail::concat("diloco: error_feedback must be in [0, 1], got ", o.error_feedback));
         else if (o.error_feedback > 0.0 && detail::plain_codec(codec_))
             rec.set_error("diloco: error_feedback needs a lossy codec (the fp32 codec loses nothing to feed back)");
         return rec;
+    }
+
+    // Streaming's fields and their errors.
+    void describe_streaming(const param_group<T, Space>& group, config_record& rec) const {
+        const auto& o = options_;
+        std::string lists;
+        for (std::uint32_t k : o.fragment_tensors) lists += detail::concat(lists.empty() ? "" : ",", k);
+        rec.add("fragments", o.fragments).add("fragment_tensors", lists).add("overlap_steps", o.overlap_steps).add("mix", o.mix);
+        std::size_t tensors = 0;
+        for (const auto& e : group.entries()) tensors += e.view.size() != 0 ? 1 : 0;
+        if (o.fragments < 1) rec.set_error("diloco: fragments must be >= 1, got 0");
+        if (!o.fragment_tensors.empty()) {
+            std::uint64_t sum = 0;
+            bool zero = false;
+            for (std::uint32_t k : o.fragment_tensors) {
+                sum += k;
+                zero = zero || k == 0;
+            }
+            if (o.fragments != 1 && o.fragments != o.fragment_tensors.size())
+                rec.set_error(detail::concat("diloco: fragments is ", o.fragments, " but fragment_tensors lists ",
+                                             o.fragment_tensors.size(), " fragments"));
+            if (zero) rec.set_error("diloco: every entry of fragment_tensors must be >= 1");
+            if (sum != tensors)
+                rec.set_error(detail::concat("diloco: fragment_tensors sums to ", sum, " tensors, the group has ",
+                                             tensors));
+        } else if (o.fragments > tensors && o.fragments > 1) {
+            rec.set_error(detail::concat("diloco: ", o.fragments, " fragments but the group has only ", tensors,
+                                         " tensors (fragments split at tensor boundaries)"));
+        }
+        if (o.interval >= 1 && o.overlap_steps >= o.interval)
+            rec.set_error(detail::concat("diloco: overlap_steps (tau) must be < interval (H = ", o.interval, "), got ",
+                                         o.overlap_steps));
+        if (!(o.mix >= 0.0 && o.mix <= 1.0)) rec.set_error(detail::concat("diloco: mix must be in [0, 1], got ", o.mix));
+        const bool streams = o.fragments > 1 || o.fragment_tensors.size() > 1 || o.overlap_steps > 0 || o.mix > 0.0;
+        if constexpr (on_device)
+            if (streams)
+                rec.set_error("diloco: streaming (fragments > 1, overlap_steps > 0 or mix > 0) runs on host parameters "
+                              "in this version");
     }
 
     // Checkpoint copies: on the algorithm's stream for cuda_space (never the legacy stream).
@@ -312,7 +406,17 @@ private:
     // tile -> segment table of the passes and the pruning scratch (start_cuda).
     void allocate() {
         state_floats_ = outer_state_floats<Outer>(n_);
-        ws_.reserve(0, n_ + 1);
+        streaming_ = options_.fragments > 1 || options_.fragment_tensors.size() > 1 || options_.overlap_steps > 0 ||
+                     options_.mix > 0.0;
+        if constexpr (!on_device) {
+            if (streaming_) {
+                build_fragments();
+                std::size_t largest = 0;
+                for (const fragment& f : frags_) largest = std::max(largest, f.count);
+                if (options_.mix > 0.0) mix_local_ = buffer<float, Space>(largest);
+            }
+        }
+        ws_.reserve(0, ws_values());
         detail::reserve_topology_scratch<Topology>(ws_, n_ + 1);
         encoded_ = !detail::plain_codec(codec_);
         summed_ = encoded_ && detail::is_all_reduce(topology_);
@@ -377,25 +481,32 @@ private:
     // Counts an outer step; its bytes by part: through a codec, what the encoded all-reduce,
     // the sparsifier or the link sent, the rest (the weights' exact sum) as scales; plain
     // fp32, every byte a code.
-    void count_outer_step(const traffic_counters& before) {
-        stats_.last = comm_.traffic() - before;
+    void count_outer_step(const traffic_counters& before) { count_round(comm_.traffic() - before, n_, wire_parts_sent(n_)); }
+
+    // What an exchange of n deltas (and the weight) sent, by part, once it has completed.
+    codec::wire_parts wire_parts_sent(std::size_t n) {
         codec::wire_parts parts;
         if (summed_) {
             if constexpr (sparsified)
-                parts = codec::sparse_all_reduce_parts(codec_, n_, comm_.size(), comm_.rank());
+                parts = codec::sparse_all_reduce_parts(codec_, n, comm_.size(), comm_.rank());
             else
-                parts = codec::encoded_all_reduce_parts(codec_, n_, comm_.size(), comm_.rank());
+                parts = codec::encoded_all_reduce_parts(codec_, n, comm_.size(), comm_.rank());
         } else if (encoded_) {
             if constexpr (!sparsified) parts = link_.take_sent();
         }
-        if (encoded_)
-            parts.scales += std::exchange(weight_bytes_, 0); // the weights' sum
-        else
-            parts.codes = stats_.last.bytes_sent;
+        if (encoded_) parts.scales += std::exchange(weight_bytes_, 0); // the weights' sum
+        return parts;
+    }
+
+    // Counts one completed exchange of n deltas and the weight: `last` its traffic, `parts`
+    // its bytes by part (plain fp32: every byte sent is a code).
+    void count_round(const traffic_counters& last, std::size_t n, codec::wire_parts parts) {
+        stats_.last = last;
+        if (!encoded_) parts = codec::wire_parts{.codes = last.bytes_sent};
         stats_.sent += parts;
-        stats_.total += stats_.last;
-        stats_.last_values = n_ + 1;
-        stats_.values += n_ + 1;
+        stats_.total += last;
+        stats_.last_values = n + 1;
+        stats_.values += n + 1;
         ++stats_.exchanges;
     }
 
@@ -418,7 +529,7 @@ private:
         }
         detail::run_ranges(ex, n_, outer_delta_body<T>{flat_.view(), snapshot_, dense_wire<float>{buf}, w, buf + n_, 0});
         if (options_.prune_fraction > 0.0) detail::prune_host(buf, flat_.host_layout(), options_.prune_fraction, prune_keys_);
-        exchange(ex, buf);
+        exchange(ex, buf, 0, n_);
         const auto rule = outer_.prepare(++outer_t_);
         using rule_type = std::remove_cvref_t<decltype(rule)>;
         detail::run_ranges(ex, n_,
@@ -429,6 +540,196 @@ private:
 
     bool feedback() const { return options_.error_feedback > 0.0 && !detail::plain_codec(codec_); }
 
+    // ---- Streaming DiLoCo (host parameters)
+    //
+    // Fragment f holds elements [first, first + count) (whole tensors) and takes its outer
+    // step after inner step t when (t + 1) = phase + k H for some k >= 0 (phase = f H / F, and
+    // t + 1 >= 1): the fragments' outer steps are spread evenly over the round. The step
+    // computes the fragment's weighted deltas into its own buffer and exchanges them; the
+    // average is applied overlap_steps inner steps later (at once for 0): the outer rule
+    // (with the fragment's own step count for the optimizer's bias corrections) updates the
+    // fragment's snapshot, and the parameters become the new snapshot, or with mix = alpha
+    // alpha (the parameters as trained meanwhile) + (1 - alpha) (the new snapshot). Over a
+    // communicator that can start operations (comm::async) a plain fp32 all-reduce runs
+    // while the worker trains; any other exchange runs at once and its result waits, which
+    // gives the same bits. Rounds (attempts_) count fragment outer steps, so drop draws and
+    // rounding words stay distinct.
+    struct fragment {
+        std::size_t first = 0;
+        std::size_t count = 0;
+        std::size_t slot = 0;          // its buffer: ws_ slot 0 at [slot, slot + count + 1)
+        std::uint64_t phase = 0;
+        std::uint64_t outer_t = 0;     // outer steps applied to this fragment
+        bool pending = false;          // exchanged (or exchanging), not applied
+        std::uint64_t due = 0;         // the inner step after which it is applied
+        bool async = false;            // its all-reduce is running on the communicator's progress thread
+        traffic_counters traffic{};    // what its exchange sent (counted when applied)
+        codec::wire_parts parts{};
+        comm::request request{};
+        std::vector<std::size_t> offsets; // its tensors' offsets, relative to first (pruning)
+    };
+
+    bool sync_due(const fragment& f, std::uint64_t t) const {
+        const std::uint64_t s = t + 1;
+        return s >= f.phase && (s - f.phase) % options_.interval == 0;
+    }
+
+    // Streaming state in a checkpoint: per fragment its counters, and the exchanged (not yet
+    // applied) deltas of the fragments in flight; an exchange still running is waited for
+    // first (its result is part of the state).
+    static constexpr std::size_t fragment_fields = 10;
+    std::vector<std::uint64_t> fragment_record() const {
+        std::vector<std::uint64_t> out;
+        for (fragment& f : frags_) {
+            const_cast<diloco_engine*>(this)->finish_exchange(f);
+            const std::uint64_t v[fragment_fields] = {f.outer_t,       f.pending ? 1u : 0u, f.due,          f.traffic.bytes_sent,
+                                                      f.traffic.bytes_received, f.traffic.calls, f.parts.codes, f.parts.scales,
+                                                      f.parts.indices, f.parts.padding};
+            out.insert(out.end(), v, v + fragment_fields);
+        }
+        return out;
+    }
+    std::vector<float> in_flight_values() const {
+        std::vector<float> out;
+        const float* ws = const_cast<diloco_engine*>(this)->ws_.get(0, ws_values());
+        for (const fragment& f : frags_)
+            if (f.pending) out.insert(out.end(), ws + f.slot, ws + f.slot + f.count + 1);
+        return out;
+    }
+    std::size_t in_flight_size(const std::vector<std::uint64_t>& record) const {
+        std::size_t k = 0;
+        for (std::size_t f = 0; f < frags_.size(); ++f)
+            if (record[f * fragment_fields + 1] != 0) k += frags_[f].count + 1;
+        return k;
+    }
+    void restore_fragments(const std::vector<std::uint64_t>& record, const std::vector<float>& values) {
+        float* ws = ws_.get(0, ws_values());
+        std::size_t at = 0;
+        for (std::size_t k = 0; k < frags_.size(); ++k) {
+            fragment& f = frags_[k];
+            if (f.async) f.request = comm::request{}; // waits; its result is replaced below
+            f.async = false;
+            const std::uint64_t* v = record.data() + k * fragment_fields;
+            f.outer_t = v[0];
+            f.pending = v[1] != 0;
+            f.due = v[2];
+            f.traffic = traffic_counters{v[3], v[4], v[5]};
+            f.parts = codec::wire_parts{v[6], v[7], v[8], v[9]};
+            if (f.pending) {
+                std::copy(values.begin() + static_cast<std::ptrdiff_t>(at),
+                          values.begin() + static_cast<std::ptrdiff_t>(at + f.count + 1), ws + f.slot);
+                at += f.count + 1;
+            }
+        }
+    }
+
+    // Splits the group at tensor boundaries: the listed tensor counts, or F fragments of
+    // about total / F elements each (a fragment ends at the first tensor boundary at or past
+    // its share, leaving at least one tensor for each later fragment).
+    void build_fragments() {
+        const layout_view L = flat_.host_layout();
+        std::vector<std::uint32_t> ends; // one past each fragment's last segment
+        if (!options_.fragment_tensors.empty()) {
+            std::uint32_t s = 0;
+            for (std::uint32_t k : options_.fragment_tensors) ends.push_back(s += k);
+        } else {
+            const auto F = static_cast<std::uint32_t>(options_.fragments);
+            std::uint32_t s = 0;
+            for (std::uint32_t f = 0; f + 1 < F; ++f) {
+                const std::size_t share = (n_ * (f + 1) + F - 1) / F;
+                ++s; // at least one tensor
+                while (s < L.count - (F - 1 - f) && L.offsets[s] < share) ++s;
+                ends.push_back(s);
+            }
+            ends.push_back(L.count);
+        }
+        frags_.clear();
+        std::uint32_t s0 = 0;
+        std::size_t slot = 0;
+        const std::uint64_t F = ends.size(), H = options_.interval;
+        for (std::uint64_t f = 0; f < F; ++f) {
+            fragment g;
+            g.first = L.offsets[s0];
+            g.count = L.offsets[ends[f]] - g.first;
+            g.slot = slot;
+            slot += g.count + 1;
+            g.phase = f * H / F;
+            for (std::uint32_t s = s0; s <= ends[f]; ++s) g.offsets.push_back(L.offsets[s] - g.first);
+            s0 = ends[f];
+            frags_.push_back(std::move(g));
+        }
+    }
+
+    template <class Exec>
+    void streaming_step(const Exec& ex, std::uint64_t t) {
+        for (fragment& f : frags_)
+            if (f.pending && f.due == t) apply_fragment(ex, f);
+        for (fragment& f : frags_)
+            if (sync_due(f, t)) start_fragment(ex, f, t);
+    }
+
+    template <class Exec>
+    void start_fragment(const Exec& ex, fragment& f, std::uint64_t t) {
+        float w = 0.0f;
+        if (!begin_outer_step(w)) return;
+        float* buf = ws_.get(0, ws_values()) + f.slot;
+        const traffic_counters before = comm_.traffic();
+        detail::run_ranges(ex, f.count,
+                           outer_delta_body<T>{flat_.view(), snapshot_, dense_wire<float>{buf}, w, buf + f.count, f.first});
+        if (options_.prune_fraction > 0.0) {
+            const layout_view L{f.offsets.data(), static_cast<std::uint32_t>(f.offsets.size() - 1), f.count};
+            detail::prune_host(buf, L, options_.prune_fraction, prune_keys_);
+        }
+        f.pending = true;
+        f.due = t + options_.overlap_steps;
+        f.async = false;
+        if constexpr (comm::async_communicator<Comm>) {
+            if (!encoded_ && detail::is_all_reduce(topology_) && options_.overlap_steps > 0) {
+                f.request = comm_.start_all_reduce_sum(buf, f.count + 1);
+                f.async = true;
+                return;
+            }
+        }
+        exchange(ex, buf, f.first, f.count);
+        f.traffic = comm_.traffic() - before;
+        f.parts = wire_parts_sent(f.count);
+        if (options_.overlap_steps == 0) apply_fragment(ex, f);
+    }
+
+    // Waits for a fragment's exchange if it is running (its bytes are counted then).
+    void finish_exchange(fragment& f) {
+        if (!f.async) return;
+        f.request.wait();
+        f.async = false;
+        const std::uint64_t bytes = detail::all_reduce_bytes(f.count + 1, sizeof(float), comm_.size(), comm_.rank());
+        f.traffic = traffic_counters{bytes, bytes, 1};
+        f.parts = codec::wire_parts{};
+    }
+
+    template <class Exec>
+    void apply_fragment(const Exec& ex, fragment& f) {
+        finish_exchange(f);
+        float* buf = ws_.get(0, ws_values()) + f.slot;
+        const auto view = flat_.view();
+        if (options_.mix > 0.0)
+            detail::run_ranges(ex, f.count, local_copy_body<T>{view, mix_local_.data(), f.first});
+        const auto rule = outer_.prepare(++f.outer_t);
+        ++outer_t_;
+        using rule_type = std::remove_cvref_t<decltype(rule)>;
+        detail::run_ranges(ex, f.count,
+                           outer_update_body<T, rule_type>{view, snapshot_, state_, dense_wire<float>{buf}, rule, 1.0f,
+                                                            buf + f.count, f.first});
+        if (options_.mix > 0.0)
+            detail::run_ranges(ex, f.count,
+                               mix_body<T>{view, snapshot_, mix_local_.data(), static_cast<float>(options_.mix), f.first});
+        f.pending = false;
+        count_round(f.traffic, f.count, f.parts);
+    }
+
+    // Values of workspace slot 0: the whole group and its weight, or every fragment's
+    // deltas and weight side by side (n + F).
+    std::size_t ws_values() const { return n_ + (frags_.empty() ? 1 : frags_.size()); }
+
     codec::rounding rounding() const {
         return codec::rounding{options_.stochastic_rounding, options_.seed, attempts_ - 1};
     }
@@ -438,37 +739,38 @@ private:
     // lossy codec the deltas are encoded (with error feedback) and the weight is summed
     // apart, exactly: by an all-reduce with the all_reduce topology, or by the topology's
     // own rounds (the same groups, drawn from the same context) with any other.
+    // (Streaming: the deltas of one fragment, elements [first, first + n) of the group.)
     template <class Exec>
-    void exchange(const Exec& ex, float* buf) {
+    void exchange(const Exec& ex, float* buf, std::size_t first, std::size_t n) {
         const reduce_context ctx{options_.seed, attempts_ - 1};
         if (!encoded_) {
-            detail::topology_reduce(topology_, ex, comm_, buf, n_ + 1, ws_, ctx);
+            detail::topology_reduce(topology_, ex, comm_, buf, n + 1, ws_, ctx);
             return;
         }
         float* residual = nullptr;
-        if (feedback()) residual = on_device ? residual_dev_.data() : residual_.data();
+        if (feedback()) residual = (on_device ? residual_dev_.data() : residual_.data()) + first;
         const auto beta = static_cast<float>(options_.error_feedback);
         if (summed_) {
             if constexpr (byte_communicator<Comm>) {
                 if constexpr (sparsified) {
                     if constexpr (!on_device)
-                        codec::sparse_all_reduce(codec_, comm_, buf, n_, codec_scratch_, residual, beta, options_.seed,
+                        codec::sparse_all_reduce(codec_, comm_, buf, n, codec_scratch_, residual, beta, options_.seed,
                                                  attempts_ - 1);
                 } else if constexpr (on_device) {
-                    codec::encoded_all_reduce_blocks(codec_, comm_, ex, buf, n_, device_codec_scratch_, residual, beta,
+                    codec::encoded_all_reduce_blocks(codec_, comm_, ex, buf, n, device_codec_scratch_, residual, beta,
                                                      rounding());
                 } else {
-                    codec::encoded_all_reduce(codec_, comm_, buf, n_, codec_scratch_, residual, beta, rounding());
+                    codec::encoded_all_reduce(codec_, comm_, buf, n, codec_scratch_, residual, beta, rounding());
                 }
             }
-            sum_weights(buf + n_, [&](float* w) { comm_.all_reduce_sum(w, 1); });
+            sum_weights(buf + n, [&](float* w) { comm_.all_reduce_sum(w, 1); });
             return;
         }
         using link_type = detail::codec_link_t<wire_codec, Space>;
         if constexpr (!sparsified && detail::reduce_takes_link<Topology, Exec, Comm, Space, link_type>) {
             link_.begin(residual, beta, rounding(), comm_.rank());
-            detail::topology_reduce(topology_, ex, comm_, buf, n_, ws_, ctx, link_);
-            sum_weights(buf + n_, [&](float* w) { detail::topology_reduce(topology_, ex, comm_, w, 1, ws_, ctx); });
+            detail::topology_reduce(topology_, ex, comm_, buf, n, ws_, ctx, link_);
+            sum_weights(buf + n, [&](float* w) { detail::topology_reduce(topology_, ex, comm_, w, 1, ws_, ctx); });
         } else {
             throw invalid_argument("diloco: this topology cannot carry the codec"); // refused at construction
         }
@@ -535,6 +837,9 @@ private:
     bool encoded_ = false; // a codec other than fp32
     bool summed_ = false;  // ... with the all_reduce topology: the deltas go through codec::encoded_all_reduce
     std::uint64_t weight_bytes_ = 0; // bytes of the weights' separate sum in the current outer step
+    bool streaming_ = false;         // fragments, late application or mixing (host only)
+    mutable std::vector<fragment> frags_;
+    buffer<float, Space> mix_local_; // mix > 0: a fragment's parameters before its late update
     detail::codec_link_t<wire_codec, Space> link_; // ... with another topology: the codec's bytes in its rounds
     codec_scratch codec_scratch_;
     std::vector<float> residual_; // error feedback: this worker's compression error of the last outer step (host)
@@ -592,7 +897,7 @@ void diloco_engine<Outer, Topology, T, Space, Comm, Codec>::outer_step_cuda(cons
         if (encoded_ && options_.stochastic_rounding)
             detail::refuse_capture(ex, "diloco::step: stochastic rounding draws new words at every outer step, which a "
                                        "captured CUDA graph would replay unchanged");
-        exchange(ex, buf);
+        exchange(ex, buf, 0, n_);
         const auto rule = outer_.prepare(++outer_t_);
         using rule_type = std::remove_cvref_t<decltype(rule)>;
         const outer_update_body<T, rule_type> update{flat_.view(), snapshot_, state_, dense_wire<float>{buf}, rule,

@@ -189,6 +189,50 @@ struct snapshot_copy_body {
     }
 };
 
+// Streaming DiLoCo's merge of a late outer step with what the worker learned meanwhile:
+//     local[k] = float(params[i])                           (local_copy_body, before the update)
+//     params[i] = T(alpha * local[k] + (1 - alpha) * snapshot[i])   (mix_body, after it)
+// i = first + k. alpha = 0 is plain replacement (the update body's own params = T(snapshot)).
+template <element_type T>
+struct local_copy_body {
+    flat_view<T> params;
+    float* local = nullptr;
+    std::size_t first = 0;
+
+    TRICKLE_HOST_DEVICE void operator()(std::size_t k) const { local[k] = to_float(params[first + k]); }
+
+    TRICKLE_HOST_DEVICE void run(std::size_t k0, std::size_t k1) const {
+        params.for_each_piece(first + k0, first + k1, [&](const T* p, std::size_t i, std::size_t m) {
+            float* out = local + (i - first);
+            for (std::size_t j = 0; j < m; ++j) out[j] = to_float(p[j]);
+        });
+    }
+};
+
+template <element_type T>
+struct mix_body {
+    flat_view<T> params;
+    const float* snapshot = nullptr;
+    const float* local = nullptr;
+    float alpha = 0.0f;
+    std::size_t first = 0;
+
+    TRICKLE_HOST_DEVICE float value(float l, float s) const { return add_rn(mul_rn(alpha, l), mul_rn(1.0f - alpha, s)); }
+
+    TRICKLE_HOST_DEVICE void operator()(std::size_t k) const {
+        const std::size_t i = first + k;
+        params[i] = from_float<T>(value(local[k], snapshot[i]));
+    }
+
+    TRICKLE_HOST_DEVICE void run(std::size_t k0, std::size_t k1) const {
+        params.for_each_piece(first + k0, first + k1, [&](T* p, std::size_t i, std::size_t m) {
+            const float* l = local + (i - first);
+            const float* snap = snapshot + i;
+            for (std::size_t j = 0; j < m; ++j) p[j] = from_float<T>(value(l[j], snap[j]));
+        });
+    }
+};
+
 // Resynchronisation (the initial broadcast): params[i] = T(snapshot[i]), i = first + k.
 template <element_type T>
 struct params_from_snapshot_body {

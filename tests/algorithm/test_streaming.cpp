@@ -1,0 +1,326 @@
+// Streaming DiLoCo: fragments whose outer steps are staggered over the round, each applied
+// overlap_steps inner steps late and merged with what the worker learned meanwhile. Checked
+// against an independent reference of the rule, over comm::local and comm::async (the same
+// bits with and without real overlap), through checkpoints taken while fragments are in
+// flight, with codecs, topologies and pruning, and with bad options.
+#include <trickle/comm/async.hpp>
+#include <trickle/trickle.hpp>
+
+#include "test_support.hpp"
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <sstream>
+#include <string>
+#include <vector>
+
+using namespace trickle;
+using trickle_test::bitwise_equal;
+
+namespace {
+
+const std::vector<std::size_t> sizes{300, 50, 200, 7, 443}; // five tensors, 1000 values
+
+float drift(int r, std::size_t i, int t) {
+    return 0.01f * static_cast<float>(std::sin(0.1 * static_cast<double>(i) * (r + 1) + 0.3 * t));
+}
+
+struct model {
+    std::vector<std::vector<float>> ts;
+    param_group<float> group;
+    explicit model(int r) {
+        for (std::size_t k = 0; k < sizes.size(); ++k) {
+            std::vector<float> v(sizes[k]);
+            for (std::size_t i = 0; i < v.size(); ++i)
+                v[i] = 0.3f * static_cast<float>(std::cos(0.07 * static_cast<double>(i) + static_cast<double>(k))) +
+                       0.05f * static_cast<float>(r);
+            ts.push_back(std::move(v));
+        }
+        for (std::size_t k = 0; k < ts.size(); ++k) group.add("t" + std::to_string(k), ts[k].data(), ts[k].size());
+    }
+    std::vector<float> flat() const {
+        std::vector<float> out;
+        for (const auto& v : ts) out.insert(out.end(), v.begin(), v.end());
+        return out;
+    }
+    void train(int r, int t) {
+        std::size_t i = 0;
+        for (auto& v : ts)
+            for (float& x : v) x += drift(r, i++, t);
+    }
+};
+
+// The streaming rule written out on plain vectors (outer SGD, weights 1 + r/2, all-reduce
+// in rank order), independent of the library: what every worker's parameters must be.
+std::vector<std::vector<float>> reference(int N, int steps, std::uint64_t H, std::uint64_t tau, float alpha, float lr,
+                                          const std::vector<std::pair<std::size_t, std::size_t>>& frags) {
+    std::vector<std::vector<float>> p(static_cast<std::size_t>(N)), snap;
+    for (int r = 0; r < N; ++r) p[static_cast<std::size_t>(r)] = model(r).flat();
+    for (int r = 1; r < N; ++r) p[static_cast<std::size_t>(r)] = p[0]; // the initial broadcast
+    snap = p;
+    const std::size_t n = p[0].size(), F = frags.size();
+    std::vector<std::vector<float>> sums(F); // a fragment's summed deltas, then its weight sum
+    std::vector<std::int64_t> due(F, -1);
+    for (int t = 0; t < steps; ++t) {
+        for (int r = 0; r < N; ++r)
+            for (std::size_t i = 0; i < n; ++i) p[static_cast<std::size_t>(r)][i] += drift(r, i, t);
+        const auto apply = [&](std::size_t f) {
+            const auto [first, count] = frags[f];
+            const float factor = 1.0f / sums[f][count];
+            for (int r = 0; r < N; ++r) {
+                auto& pr = p[static_cast<std::size_t>(r)];
+                auto& sr = snap[static_cast<std::size_t>(r)];
+                for (std::size_t k = 0; k < count; ++k) {
+                    const float g = sums[f][k] * factor;
+                    const float s = sr[first + k] - lr * g;
+                    sr[first + k] = s;
+                    pr[first + k] = alpha == 0.0f ? s : alpha * pr[first + k] + (1.0f - alpha) * s;
+                }
+            }
+            due[f] = -1;
+        };
+        for (std::size_t f = 0; f < F; ++f)
+            if (due[f] == t) apply(f);
+        for (std::size_t f = 0; f < F; ++f) {
+            const std::uint64_t phase = f * H / F, s = static_cast<std::uint64_t>(t) + 1;
+            if (s < phase || (s - phase) % H != 0) continue;
+            const auto [first, count] = frags[f];
+            sums[f].assign(count + 1, 0.0f);
+            for (int r = 0; r < N; ++r) {
+                const float w = 1.0f + 0.5f * static_cast<float>(r);
+                for (std::size_t k = 0; k < count; ++k) {
+                    const float d = w * (snap[static_cast<std::size_t>(r)][first + k] - p[static_cast<std::size_t>(r)][first + k]);
+                    sums[f][k] = r == 0 ? d : sums[f][k] + d;
+                }
+                sums[f][count] = r == 0 ? w : sums[f][count] + w;
+            }
+            due[f] = t + static_cast<std::int64_t>(tau);
+            if (tau == 0) apply(f);
+        }
+    }
+    return p;
+}
+
+// Runs the engine make(group, comm) builds on N workers for `steps` steps (through
+// comm::async when overlapped); returns every worker's parameters, and rank 0's fragments.
+template <class Make>
+std::vector<std::vector<float>> run(int N, int steps, Make make, bool overlapped = false,
+                                    std::vector<std::pair<std::size_t, std::size_t>>* frags = nullptr) {
+    std::vector<std::vector<float>> out(static_cast<std::size_t>(N));
+    comm::run_local(N, [&](comm::local& c) {
+        model m(c.rank());
+        const auto go = [&](auto& comm) {
+            auto alg = make(m.group, comm);
+            if (frags != nullptr && c.rank() == 0) *frags = alg.fragment_ranges();
+            for (int t = 0; t < steps; ++t) {
+                m.train(c.rank(), t);
+                alg.step(exec::host{});
+            }
+        };
+        if (overlapped) {
+            comm::async<comm::local> ac(c);
+            go(ac);
+        } else {
+            go(c);
+        }
+        out[static_cast<std::size_t>(c.rank())] = m.flat();
+    });
+    return out;
+}
+
+template <class Outer = outer::sgd, class Topology = topology::all_reduce, class Codec = codec::fp32>
+auto engine_of(diloco_options o, Outer outer = {}, Topology top = {}, Codec codec = {}) {
+    return [=](const param_group<float>& g, auto& c) {
+        return diloco_engine<Outer, Topology, float, host_space, std::remove_reference_t<decltype(c)>, Codec>(
+            g, c, o, outer, top, codec);
+    };
+}
+
+diloco_options streaming(std::uint64_t H, std::uint64_t F, std::uint64_t tau, double alpha, int rank) {
+    diloco_options o{.interval = H, .seed = 3};
+    o.weight = 1.0f + 0.5f * static_cast<float>(rank);
+    o.fragments = F;
+    o.overlap_steps = tau;
+    o.mix = alpha;
+    return o;
+}
+
+} // namespace
+
+TEST_CASE("streaming DiLoCo follows the rule: staggered fragments, late application, mixing") {
+    const int N = 3, steps = 23;
+    for (std::uint64_t F : {1u, 2u, 3u, 5u})
+        for (std::uint64_t tau : {0u, 1u, 3u})
+            for (float alpha : {0.0f, 0.5f}) {
+                INFO("F = ", F, ", tau = ", tau, ", alpha = ", alpha);
+                std::vector<std::pair<std::size_t, std::size_t>> frags;
+                const auto got = run(
+                    N, steps,
+                    [&](const param_group<float>& g, auto& c) {
+                        return engine_of(streaming(5, F, tau, alpha, c.rank()), outer::sgd{.lr = 0.7})(g, c);
+                    },
+                    false, &frags);
+                if (frags.empty()) frags = {{0, 1000}}; // F = 1, tau = 0, alpha = 0: plain DiLoCo
+                CHECK(frags.size() == F);
+                const auto want = reference(N, steps, 5, tau, alpha, 0.7f, frags);
+                for (int r = 0; r < N; ++r)
+                    CHECK(bitwise_equal(got[static_cast<std::size_t>(r)], want[static_cast<std::size_t>(r)]));
+            }
+}
+
+TEST_CASE("streaming fragments: balanced at tensor boundaries, or as listed") {
+    std::vector<std::pair<std::size_t, std::size_t>> frags;
+    run(2, 1, [](const param_group<float>& g, auto& c) { return engine_of(streaming(4, 2, 1, 0, c.rank()))(g, c); },
+        false, &frags);
+    CHECK(frags == std::vector<std::pair<std::size_t, std::size_t>>{{0, 550}, {550, 450}});
+    run(2, 1, [](const param_group<float>& g, auto& c) { return engine_of(streaming(4, 5, 0, 0, c.rank()))(g, c); },
+        false, &frags);
+    CHECK(frags.size() == 5);
+    run(2, 1,
+        [](const param_group<float>& g, auto& c) {
+            diloco_options o = streaming(4, 1, 0, 0, c.rank());
+            o.fragment_tensors = {1, 3, 1};
+            return engine_of(o)(g, c);
+        },
+        false, &frags);
+    CHECK(frags == std::vector<std::pair<std::size_t, std::size_t>>{{0, 300}, {300, 257}, {557, 443}});
+}
+
+TEST_CASE("streaming over comm::async (the exchanges really overlap the inner steps) gives the same bits") {
+    for (std::uint64_t tau : {1u, 4u}) {
+        const auto make = [tau](const param_group<float>& g, auto& c) {
+            return engine_of(streaming(6, 3, tau, 0.25, c.rank()), outer::nesterov{})(g, c);
+        };
+        const auto blocking = run(4, 30, make, false);
+        const auto overlapped = run(4, 30, make, true);
+        for (int r = 0; r < 4; ++r)
+            CHECK(bitwise_equal(overlapped[static_cast<std::size_t>(r)], blocking[static_cast<std::size_t>(r)]));
+    }
+}
+
+TEST_CASE("streaming with a codec, error feedback, a topology and pruning: replicas agree where they averaged") {
+    const int N = 4, steps = 16;
+    const auto got = run(N, steps, [](const param_group<float>& g, auto& c) {
+        diloco_options o = streaming(4, 2, 0, 0.0, c.rank());
+        o.error_feedback = 1.0;
+        o.prune_fraction = 0.25;
+        return engine_of(o, outer::nesterov{}, topology::all_reduce{}, codec::int8_block{})(g, c);
+    });
+    // H = 4, phases 0 and 2: fragment 0 ([0, 550)) took its last outer step after the last
+    // inner step (16 = 4 * 4), so the replicas agree on it; fragment 1's last was two inner
+    // steps earlier (14), so they differ there.
+    bool differ = false;
+    for (int r = 1; r < N; ++r) {
+        for (std::size_t i = 0; i < 550; ++i) REQUIRE(got[static_cast<std::size_t>(r)][i] == got[0][i]);
+        for (std::size_t i = 550; i < 1000; ++i) differ = differ || got[static_cast<std::size_t>(r)][i] != got[0][i];
+    }
+    CHECK(differ);
+    const auto islands = run(N, steps, [](const param_group<float>& g, auto& c) {
+        diloco_options o = streaming(4, 3, 2, 0.0, c.rank());
+        return engine_of(o, outer::nesterov{}, topology::islands{.size = 2}, codec::bf16{})(g, c);
+    });
+    CHECK(islands.size() == static_cast<std::size_t>(N));
+}
+
+TEST_CASE("streaming checkpoints carry the fragments in flight; a resumed run continues bit for bit") {
+    for (const bool overlapped : {false, true}) {
+        INFO("overlapped: ", overlapped);
+        const int N = 3;
+        std::vector<std::vector<float>> straight(N), resumed(N);
+        comm::run_local(N, [&](comm::local& c) {
+            const auto R = static_cast<std::size_t>(c.rank());
+            const auto go = [&](auto& comm) {
+                using engine = diloco_engine<outer::adam, topology::all_reduce, float, host_space,
+                                             std::remove_reference_t<decltype(comm)>>;
+                const diloco_options o = streaming(6, 3, 4, 0.5, c.rank());
+                model a(c.rank()), b(c.rank());
+                engine ea(a.group, comm, o), eb(b.group, comm, o);
+                for (int t = 0; t < 9; ++t) {
+                    a.train(c.rank(), t);
+                    b.train(c.rank(), t);
+                    ea.step(exec::host{});
+                    eb.step(exec::host{});
+                }
+                CHECK(eb.fragments_in_flight() > 0);
+                std::stringstream ckpt;
+                eb.save(ckpt);
+                diloco_options later = o;
+                later.broadcast_initial = false;
+                engine eb2(b.group, comm, later);
+                eb2.load(ckpt);
+                CHECK(eb2.fragments_in_flight() == eb.fragments_in_flight());
+                for (int t = 9; t < 25; ++t) {
+                    a.train(c.rank(), t);
+                    b.train(c.rank(), t);
+                    ea.step(exec::host{});
+                    eb2.step(exec::host{});
+                }
+                CHECK(eb2.stats().total == ea.stats().total);
+                straight[R] = a.flat();
+                resumed[R] = b.flat();
+            };
+            if (overlapped) {
+                comm::async<comm::local> ac(c);
+                go(ac);
+            } else {
+                go(c);
+            }
+        });
+        for (int r = 0; r < N; ++r) CHECK(bitwise_equal(straight[static_cast<std::size_t>(r)], resumed[static_cast<std::size_t>(r)]));
+    }
+}
+
+TEST_CASE("streaming: peak bytes per outer step shrink by the number of fragments") {
+    exchange_stats one, four;
+    comm::run_local(2, [&](comm::local& c) {
+        model a(c.rank()), b(c.rank());
+        auto e1 = engine_of(streaming(8, 1, 0, 0, c.rank()))(a.group, c);
+        auto e4 = engine_of(streaming(8, 4, 0, 0, c.rank()))(b.group, c);
+        std::uint64_t peak1 = 0, peak4 = 0;
+        for (int t = 0; t < 16; ++t) {
+            e1.step(exec::host{});
+            e4.step(exec::host{});
+            peak1 = std::max(peak1, e1.stats().last.bytes_sent);
+            peak4 = std::max(peak4, e4.stats().last.bytes_sent);
+        }
+        if (c.rank() == 0) {
+            one = e1.stats();
+            four = e4.stats();
+            CHECK(peak4 * 2 < peak1);
+        }
+    });
+    CHECK(four.exchanges == 4 * one.exchanges);
+    CHECK(four.values == one.values + 3 * 2); // each fragment's weight travels with it
+}
+
+TEST_CASE("streaming: bad options are refused on every worker, naming the field") {
+    const auto expect = [](auto set, const std::string& part) {
+        const auto errors = trickle_test::run_collect_errors(2, [&](comm::local& c) {
+            model m(c.rank());
+            diloco_options o = streaming(5, 1, 0, 0, c.rank());
+            set(o);
+            diloco<outer::sgd>(m.group, c, o);
+        });
+        for (const auto& e : errors) {
+            INFO(e);
+            CHECK(e.find(part) != std::string::npos);
+        }
+    };
+    expect([](diloco_options& o) { o.overlap_steps = 5; }, "overlap_steps (tau) must be < interval (H = 5), got 5");
+    expect([](diloco_options& o) { o.fragments = 6; }, "6 fragments but the group has only 5 tensors");
+    expect([](diloco_options& o) { o.fragments = 0; }, "fragments must be >= 1, got 0");
+    expect([](diloco_options& o) { o.mix = 1.5; }, "mix must be in [0, 1], got 1.5");
+    expect([](diloco_options& o) { o.fragment_tensors = {2, 2}; }, "fragment_tensors sums to 4 tensors, the group has 5");
+    expect([](diloco_options& o) { o.fragment_tensors = {0, 5}; }, "every entry of fragment_tensors must be >= 1");
+    expect([](diloco_options& o) {
+        o.fragments = 3;
+        o.fragment_tensors = {1, 4};
+    }, "fragments is 3 but fragment_tensors lists 2 fragments");
+    // Workers that disagree.
+    const auto errors = trickle_test::run_collect_errors(2, [&](comm::local& c) {
+        model m(c.rank());
+        diloco<outer::sgd>(m.group, c, streaming(5, c.rank() == 0 ? 2 : 3, 0, 0, c.rank()));
+    });
+    for (const auto& e : errors) CHECK(e.find("fragments") != std::string::npos);
+}
