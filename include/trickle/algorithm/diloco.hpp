@@ -939,11 +939,20 @@ public:
 
     template <class Exec>
     void step(const Exec& ex) {
-        if (outer_.outer_step_due())
+        if (outer_.outer_step_due()) {
+            sparse_.flush(ex); // an overlapped SPARTA exchange lands before the outer step
             sparse_.skip_step();
-        else
+        } else {
             sparse_.step(ex);
+        }
         outer_.step(ex);
+        combine();
+    }
+
+    // Applies the SPARTA part's overlapped exchange still waiting, if any (before save()).
+    template <class Exec>
+    void flush(const Exec& ex) {
+        sparse_.flush(ex);
         combine();
     }
 

@@ -10,6 +10,7 @@
 #include <trickle/algorithm/checkpoint.hpp>
 #include <trickle/algorithm/detail/broadcast.hpp>
 #include <trickle/algorithm/detail/codec.hpp>
+#include <trickle/comm/async.hpp>
 #include <trickle/algorithm/detail/device.hpp>
 #include <trickle/algorithm/detail/erased.hpp>
 #include <trickle/algorithm/flat_params.hpp>
@@ -37,6 +38,7 @@
 #include <ostream>
 #include <sstream>
 #include <string>
+#include <optional>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -53,12 +55,14 @@ struct sparta_options {
                                    // already start identical and the bytes matter)
     bool stochastic_rounding = false; // a lossy codec rounds with the shared Philox stream instead of to nearest
     CUmemPoolHandle_st* device_pool = nullptr; // cuda_space: a cudaMemPool_t for trickle's buffers (default pool if null)
+    bool overlap = false; // host: apply each exchange's average one step later, corrected for the local change
+                          // meanwhile, so the exchange can run while the next step computes (docs/streaming.md)
 };
 
 namespace detail {
 
 inline void describe_options(config_record& rec, const sparta_options& o) {
-    rec.add("fraction", o.fraction).add("interval", o.interval).add("seed", o.seed);
+    rec.add("fraction", o.fraction).add("interval", o.interval).add("seed", o.seed).add("overlap", o.overlap);
     if (!valid_fraction(o.fraction))
         rec.set_error(concat("sparta: fraction must be in (0, 1], got ", o.fraction));
     if (o.interval < 1) rec.set_error("sparta: interval must be >= 1, got 0");
@@ -145,6 +149,10 @@ public:
         }
     }
 
+    // An overlapped exchange still running on the communicator's progress thread writes
+    // into this object's buffers: wait for it before they go.
+    ~sparta_engine() { pending_.reset(); }
+
     sparta_engine(const sparta_engine&) = delete;
     sparta_engine& operator=(const sparta_engine&) = delete;
 
@@ -171,6 +179,7 @@ public:
                                            "interval 1 and a topology without per-exchange groups); step it uncaptured");
         }
         const std::uint64_t t = stats_.steps;
+        if constexpr (!std::is_same_v<Exec, exec::cuda>) flush(ex);
         if ((t + 1) % options_.interval == 0) {
             if constexpr (std::is_same_v<Exec, exec::cuda>) {
                 exchange_cuda(ex, t);
@@ -181,6 +190,18 @@ public:
         stats_.steps = t + 1;
         stats_.dense_bytes += dense_per_step_;
     }
+
+    // Overlap: applies the pending exchange now (waiting for it if it still runs); nothing
+    // otherwise. step() calls it first; call it before save(), and sparta_diloco before an
+    // outer step. Local: every worker's exchange was started together.
+    template <class Exec>
+    void flush(const Exec& ex) {
+        if constexpr (!on_device)
+            if (pending_) apply_pending(ex);
+    }
+
+    // Whether an overlapped exchange waits to be applied.
+    bool exchange_pending() const { return pending_.has_value(); }
 
     // Counts a step without exchanging (used by sparta_diloco at the end of an outer round).
     void skip_step() {
@@ -221,6 +242,7 @@ public:
 
     // Writes the step counters, traffic counts and sampler state.
     void save(std::ostream& os) const {
+        require(!pending_, "sparta::save: an overlapped exchange is pending; call flush(exec) on every worker first");
         detail::checkpoint_writer w(os);
         w.header(kind, config_hash_);
         w.section("stats", &stats_, sizeof stats_);
@@ -275,6 +297,8 @@ private:
         schedule_.describe(rec);
         detail::describe_topology(topology_, rec, comm_.size());
         detail::describe_codec<Comm, Space>(codec_, topology_, rec, kind, options_.stochastic_rounding);
+        if constexpr (on_device)
+            if (options_.overlap) rec.set_error("sparta: overlap runs on host parameters in this version");
         return rec;
     }
 
@@ -288,6 +312,7 @@ private:
         detail::reserve_topology_scratch<Topology>(ws_, capacity_);
         encoded_ = !detail::plain_codec(codec_);
         summed_ = encoded_ && detail::is_all_reduce(topology_);
+        if (options_.overlap) gathered_.assign(2 * capacity_, 0.0f);
         if constexpr (!on_device && byte_communicator<Comm>)
             if (summed_) codec_scratch_.reserve(codec_, capacity_, comm_.size());
         if constexpr (on_device && byte_communicator<Comm>)
@@ -329,8 +354,10 @@ private:
 
     // Counts an exchange of `count` values; its bytes by part: through a codec, what the
     // encoded all-reduce or the link sent; plain fp32, every byte a code.
-    void count_exchange(const traffic_counters& before, std::size_t count) {
-        stats_.last = comm_.traffic() - before;
+    void count_exchange(const traffic_counters& before, std::size_t count) { count_traffic(comm_.traffic() - before, count); }
+
+    void count_traffic(const traffic_counters& last, std::size_t count) {
+        stats_.last = last;
         if (summed_)
             stats_.sent += codec::encoded_all_reduce_parts(codec_, count, comm_.size(), comm_.rank());
         else if (encoded_)
@@ -349,8 +376,82 @@ private:
     void advance_device_step();
     void start_cuda(); // the initial broadcast
 
+    // Overlap: the exchange of step t is gathered and started here and applied at the next
+    // step (apply_pending). Over a communicator that can start operations (comm::async), a
+    // plain fp32 all-reduce runs while the worker computes; any other exchange runs at once
+    // and its result waits, with the same bits.
+    struct pending_exchange {
+        selection_t sel;
+        std::size_t count = 0;
+        int group = 0;
+        bool async = false;
+        traffic_counters traffic{};
+        comm::request request{};
+    };
+
+    template <class Exec>
+    void start_overlapped(const Exec& ex, std::uint64_t t) {
+        selection_t sel = select(t);
+        const std::size_t count = sel.count();
+        float* buf = ws_.get(0, count);
+        const auto gather = make_gather(flat_.view(), sel, buf);
+        for_each_index(ex, gather.calls(), gather);
+        std::copy(buf, buf + count, gathered_.data());
+        pending_.emplace(pending_exchange{std::move(sel), count});
+        pending_exchange& p = *pending_;
+        if constexpr (comm::async_communicator<Comm>) {
+            if (!encoded_ && detail::is_all_reduce(topology_)) {
+                p.request = comm_.start_all_reduce_sum(buf, count);
+                p.async = true;
+                p.group = comm_.size();
+                return;
+            }
+        }
+        const traffic_counters before = comm_.traffic();
+        p.group = reduce_now(ex, buf, count);
+        p.traffic = comm_.traffic() - before;
+    }
+
+    template <class Exec>
+    void apply_pending(const Exec& ex) {
+        pending_exchange& p = *pending_;
+        if (p.async) {
+            p.request.wait();
+            const std::uint64_t bytes = detail::all_reduce_bytes(p.count, sizeof(float), comm_.size(), comm_.rank());
+            p.traffic = traffic_counters{bytes, bytes, 1};
+        }
+        float* buf = ws_.get(0, p.count);
+        float* now = gathered_.data() + capacity_;
+        const auto gather = make_gather(flat_.view(), p.sel, now);
+        for_each_index(ex, gather.calls(), gather);
+        for_each_index(ex, p.count,
+                       overlap_correction_body{buf, now, gathered_.data(), 1.0f / static_cast<float>(p.group)});
+        const auto scatter = make_scatter(flat_.view(), p.sel, buf, 1.0f);
+        for_each_index(ex, scatter.calls(), scatter);
+        const traffic_counters traffic = p.traffic;
+        const std::size_t count = p.count;
+        pending_.reset();
+        count_traffic(traffic, count);
+    }
+
+    // The sum over the topology's group of buf[0, count) (through the codec), at once.
+    template <class Exec>
+    int reduce_now(const Exec& ex, float* buf, std::size_t count) {
+        int group = 0;
+        if constexpr (!on_device && byte_communicator<Comm>) {
+            if (summed_)
+                group = codec::encoded_all_reduce(codec_, comm_, buf, count, codec_scratch_, nullptr, 0.0f, rounding());
+        }
+        if (!summed_) group = reduce_through_topology(ex, buf, count);
+        return group;
+    }
+
     template <class Exec>
     void exchange(const Exec& ex, std::uint64_t t) {
+        if (options_.overlap) {
+            start_overlapped(ex, t);
+            return;
+        }
         const selection_t sel = select(t);
         const std::size_t count = sel.count();
         float* buf = ws_.get(0, count);
@@ -399,6 +500,8 @@ private:
     detail::codec_link_t<wire_codec, Space> link_; // ... with another topology: the codec's bytes in its rounds
     codec::reduce_scratch codec_scratch_;
     codec::block_reduce_scratch<cuda_space> device_codec_scratch_; // cuda_space with a codec
+    std::optional<pending_exchange> pending_; // overlap: the exchange started, not yet applied
+    std::vector<float> gathered_;             // overlap: its gathered values, then the values at apply time
     flat_params<T, Space> flat_;
     workspace<float, Space, 4> ws_;
     exchange_stats stats_{};

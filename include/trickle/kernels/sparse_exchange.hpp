@@ -21,6 +21,7 @@
 #include <trickle/core/dtype.hpp>
 #include <trickle/core/memory_space.hpp>
 #include <trickle/kernels/chunking.hpp>
+#include <trickle/kernels/outer_rule.hpp>
 #include <trickle/kernels/flat_view.hpp>
 
 #include <concepts>
@@ -534,6 +535,19 @@ range_body<scatter_range_body<T, Selection>> make_scatter(const flat_view<T>& pa
     return ranges<host_space>(scatter_range_body<T, Selection>{params, sel, buf, scale}, sel.count(),
                               chunk_use::exchange);
 }
+
+// Overlapped SPARTA's late average: the group's mean of the values gathered one step
+// earlier, plus what this worker changed at those positions since (now - gathered):
+//   buf[k] = buf[k] * scale + (now[k] - gathered[k])
+struct overlap_correction_body {
+    float* buf;
+    const float* now;
+    const float* gathered;
+    float scale;
+    TRICKLE_HOST_DEVICE void operator()(std::size_t k) const {
+        buf[k] = add_rn(mul_rn(buf[k], scale), sub_rn(now[k], gathered[k]));
+    }
+};
 
 // buf[k] += other[k]
 struct add_body {

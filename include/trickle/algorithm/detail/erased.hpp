@@ -28,6 +28,7 @@ public:
     virtual void step(const exec::host&) = 0;
     virtual void step(const exec::openmp&) = 0;
     virtual void step(const exec::cuda&) = 0;
+    virtual void flush(const exec::host&) = 0;
     virtual const exchange_stats& stats() const = 0;
     // The SPARTA and DiLoCo parts of a combined algorithm (both equal stats() otherwise).
     virtual const exchange_stats& sparse_stats() const = 0;
@@ -45,6 +46,10 @@ public:
     void step(const exec::host& ex) override { dispatch(ex); }
     void step(const exec::openmp& ex) override { dispatch(ex); }
     void step(const exec::cuda& ex) override { dispatch(ex); }
+    void flush(const exec::host& ex) override {
+        if constexpr (requires { engine_.flush(ex); })
+            if constexpr (can_access_v<exec::host, typename Engine::memory_space>) engine_.flush(ex);
+    }
     const exchange_stats& stats() const override { return engine_.stats(); }
     const exchange_stats& sparse_stats() const override {
         if constexpr (requires { engine_.sparse_stats(); })
@@ -90,6 +95,9 @@ public:
         get("step").step(ex);
     }
     const exchange_stats& stats() const { return get("stats").stats(); }
+    // Applies an overlapped SPARTA exchange still waiting (sparta_options::overlap), so that
+    // save() may run; nothing otherwise. Local to the worker.
+    void flush() { get("flush").flush(exec::host{}); }
     void save(std::ostream& os) const { get("save").save(os); }
     // Reads a checkpoint; `trailing`: whether bytes may follow it in `is` (checkpoint.hpp).
     void load(std::istream& is, const std::string& source = "stream",
