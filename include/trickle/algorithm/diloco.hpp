@@ -169,7 +169,10 @@ public:
         }
         const std::uint64_t t = stats_.steps;
         if constexpr (std::is_same_v<Exec, exec::cuda>) {
-            if ((t + 1) % options_.interval == 0) outer_step_cuda(ex);
+            if (streaming_)
+                streaming_step_cuda(ex, t);
+            else if ((t + 1) % options_.interval == 0)
+                outer_step_cuda(ex);
         } else {
             if (streaming_)
                 streaming_step(ex, t);
@@ -372,9 +375,9 @@ private:
         if (!(o.mix >= 0.0 && o.mix <= 1.0)) rec.set_error(detail::concat("diloco: mix must be in [0, 1], got ", o.mix));
         const bool streams = o.fragments > 1 || o.fragment_tensors.size() > 1 || o.overlap_steps > 0 || o.mix > 0.0;
         if constexpr (on_device)
-            if (streams)
-                rec.set_error("diloco: streaming (fragments > 1, overlap_steps > 0 or mix > 0) runs on host parameters "
-                              "in this version");
+            if (streams && o.prune_fraction > 0.0)
+                rec.set_error("diloco: streaming (fragments > 1, overlap_steps > 0 or mix > 0) with pruning runs on host "
+                              "parameters in this version");
     }
 
     // Checkpoint copies: on the algorithm's stream for cuda_space (never the legacy stream).
@@ -408,12 +411,15 @@ private:
         state_floats_ = outer_state_floats<Outer>(n_);
         streaming_ = options_.fragments > 1 || options_.fragment_tensors.size() > 1 || options_.overlap_steps > 0 ||
                      options_.mix > 0.0;
-        if constexpr (!on_device) {
-            if (streaming_) {
-                build_fragments();
-                std::size_t largest = 0;
-                for (const fragment& f : frags_) largest = std::max(largest, f.count);
-                if (options_.mix > 0.0) mix_local_ = buffer<float, Space>(largest);
+        if (streaming_) {
+            build_fragments();
+            std::size_t largest = 0;
+            for (const fragment& f : frags_) largest = std::max(largest, f.count);
+            if (options_.mix > 0.0) {
+                if constexpr (on_device)
+                    mix_local_ = buffer<float, Space>(largest, ex_);
+                else
+                    mix_local_ = buffer<float, Space>(largest);
             }
         }
         ws_.reserve(0, ws_values());
@@ -461,6 +467,7 @@ private:
     // explicit instantiation, algorithm/instantiate.hpp): the first snapshot, and an outer step.
     void start_cuda();
     void outer_step_cuda(const exec::cuda& ex);
+    void streaming_step_cuda(const exec::cuda& ex, std::uint64_t t);
 
     // The participants of the coming outer step, or -1 when every contribution is dropped
     // (the round then simply continues); this worker's weight in it. Counts the round
@@ -593,7 +600,10 @@ private:
         std::vector<float> out;
         const float* ws = const_cast<diloco_engine*>(this)->ws_.get(0, ws_values());
         for (const fragment& f : frags_)
-            if (f.pending) out.insert(out.end(), ws + f.slot, ws + f.slot + f.count + 1);
+            if (f.pending) {
+                out.resize(out.size() + f.count + 1);
+                copy_to_host(out.data() + out.size() - (f.count + 1), ws + f.slot, f.count + 1);
+            }
         return out;
     }
     std::size_t in_flight_size(const std::vector<std::uint64_t>& record) const {
@@ -616,8 +626,7 @@ private:
             f.traffic = traffic_counters{v[3], v[4], v[5]};
             f.parts = codec::wire_parts{v[6], v[7], v[8], v[9]};
             if (f.pending) {
-                std::copy(values.begin() + static_cast<std::ptrdiff_t>(at),
-                          values.begin() + static_cast<std::ptrdiff_t>(at + f.count + 1), ws + f.slot);
+                copy_from_host(ws + f.slot, values.data() + at, f.count + 1);
                 at += f.count + 1;
             }
         }
@@ -676,9 +685,11 @@ private:
         const traffic_counters before = comm_.traffic();
         detail::run_ranges(ex, f.count,
                            outer_delta_body<T>{flat_.view(), snapshot_, dense_wire<float>{buf}, w, buf + f.count, f.first});
-        if (options_.prune_fraction > 0.0) {
-            const layout_view L{f.offsets.data(), static_cast<std::uint32_t>(f.offsets.size() - 1), f.count};
-            detail::prune_host(buf, L, options_.prune_fraction, prune_keys_);
+        if constexpr (!on_device) {
+            if (options_.prune_fraction > 0.0) {
+                const layout_view L{f.offsets.data(), static_cast<std::uint32_t>(f.offsets.size() - 1), f.count};
+                detail::prune_host(buf, L, options_.prune_fraction, prune_keys_);
+            }
         }
         f.pending = true;
         f.due = t + options_.overlap_steps;
@@ -878,6 +889,20 @@ void diloco_engine<Outer, Topology, T, Space, Comm, Codec>::start_cuda() {
             stats_.initial =
                 detail::broadcast_group_device(ex_, comm_, flat_.view(), tile_seg_.data(), n_, ws_.get(0, n_ + 1));
         detail::device_stream(ex_, flat_.view(), tile_seg_.data(), 0, n_, detail::snapshot_piece<T>{snapshot_});
+    }
+}
+
+// Streaming on the device: the host's code (streaming_step) with exec::cuda, the passes as
+// generic grid-stride launches of the same bodies, every exchange enqueued on the stream.
+template <class Outer, class Topology, class T, class Space, class Comm, class Codec>
+void diloco_engine<Outer, Topology, T, Space, Comm, Codec>::streaming_step_cuda(const exec::cuda& step_ex,
+                                                                                std::uint64_t t) {
+    if constexpr (on_device) {
+        const exec::cuda ex{step_ex.stream, ex_.device};
+        detail::device_scope on(ex.device);
+        streaming_step(ex, t);
+    } else {
+        (void)step_ex, (void)t;
     }
 }
 
