@@ -28,13 +28,16 @@ inline void print_header(std::ostream& out, const sim_config& cfg, const dataset
     if (cfg.clip > 0) out << ", gradient clip " << cfg.clip;
     out << ", seed " << cfg.seed << '\n';
     out << "data: " << data.source << ", " << data.tokens.size() << " bytes, vocabulary " << data.vocab() << ", "
-        << name_of(cfg.shards) << " shards of ~" << data.shards[0].size() << " positions, "
-        << data.eval_positions.size() << " held-out positions\n";
+        << name_of(cfg.shards) << " shards of ~" << data.shards[0].size() << " positions, ";
+    if (cfg.model.kind == model_kind::gpt)
+        out << data.eval_positions.size() << " held-out windows of " << cfg.model.context << '\n';
+    else
+        out << data.eval_positions.size() << " held-out positions\n";
     const std::size_t parameters = parameter_count(cfg.model, data.vocab());
     if (cfg.model.kind == model_kind::gpt)
         out << "model: gpt, context " << cfg.model.context << ", layers " << cfg.model.layers << ", d_model "
             << cfg.model.d_model << ", heads " << cfg.model.heads << ", " << parameters
-            << " parameters (matrix products: " << gemm_backend() << ", " << detail::threads_per_worker(cfg.workers)
+            << " parameters (matrix products: " << gemm_backend() << ", " << cfg.threads
             << " thread(s) per worker)\n";
     else
         out << "model: context " << cfg.model.context << ", embedding " << cfg.model.embed << ", " << cfg.model.layers

@@ -137,17 +137,11 @@ inline constexpr float layer_norm_eps = 1e-5f;
 inline constexpr float gelu_c = 0.7978845608028654f; // sqrt(2 / pi)
 inline constexpr float gelu_k = 0.044715f;
 
-// How many OpenMP threads a worker's products and attention may use: OpenMP's thread
-// count (the cores, or OMP_NUM_THREADS) shared out over the workers; 1 when the workers
-// already fill the machine, or without OpenMP. Each worker thread runs its own team.
-inline int threads_per_worker(int workers) {
-#if TRICKLE_SIM_HAVE_OPENMP
-    return std::max(1, omp_get_max_threads() / std::max(1, workers));
-#else
-    (void)workers;
-    return 1;
-#endif
-}
+// tanh through one exp: 1 - 2 / (e^{2y} + 1). Cheaper than std::tanh, which took over 40%
+// of a step's time in the GELUs; its absolute error (~1e-7) is float rounding.
+// Saturates correctly: e^{2y} overflows to inf for large y (giving 1) and underflows to 0
+// for very negative y (giving -1).
+inline float fast_tanh(float y) { return 1.0f - 2.0f / (std::exp(2.0f * y) + 1.0f); }
 
 // gemm with the rows of C cut into chunks of gemm_chunk_rows, the chunks spread over
 // `threads` OpenMP threads. The cut does not depend on the thread count, so neither does
@@ -177,8 +171,12 @@ inline void gemm_rows(int threads, trans ta, trans tb, int M, int N, int K, floa
 
 } // namespace detail
 
-// One thread's activations and scratch for forward and backward passes over up to
-// max_batch windows.
+// One worker's activations and scratch for forward and backward passes over up to
+// max_batch windows. `threads` > 1 runs the products and attention on an OpenMP team of
+// that many threads (one team per worker thread; --threads); without OpenMP it is ignored.
+// It is 1 by default because the workers already run one thread each: on the 2-core
+// build machine, shared with other jobs, a second thread per worker made a step several
+// times slower (OpenMP's threads spin while they wait for a core; docs/simulator.md).
 class gpt_workspace {
 public:
     gpt_workspace(const gpt& model, int max_batch, int threads = 1)
@@ -201,6 +199,7 @@ public:
             a.ln2_mean.resize(N);
             a.ln2_rstd.resize(N);
             a.pre.resize(N * F);
+            a.tanh.resize(N * F);
             a.act.resize(N * F);
         }
         final_x_.resize(N * D);
@@ -250,7 +249,7 @@ private:
         std::vector<float> att;                // [N × D] heads' outputs, concatenated
         std::vector<float> mid;                // x + attention branch
         std::vector<float> ln2, ln2_mean, ln2_rstd;
-        std::vector<float> pre, act;           // [N × 4D] MLP before and after GELU
+        std::vector<float> pre, tanh, act;     // [N × 4D] MLP before GELU, GELU's tanh, after GELU
     };
 
     std::size_t rows(int B) const { return static_cast<std::size_t>(B) * static_cast<std::size_t>(m_.context()); }
@@ -428,7 +427,9 @@ private:
                               p(params, s.fc_w), F, 1.0f, a.pre.data(), F);
             for (std::size_t i = 0, n = N * static_cast<std::size_t>(F); i < n; ++i) {
                 const float u = a.pre[i];
-                a.act[i] = 0.5f * u * (1.0f + std::tanh(detail::gelu_c * (u + detail::gelu_k * u * u * u)));
+                const float th = detail::fast_tanh(detail::gelu_c * (u + detail::gelu_k * u * u * u));
+                a.tanh[i] = th;
+                a.act[i] = 0.5f * u * (1.0f + th);
             }
             std::copy(a.mid.begin(), a.mid.begin() + static_cast<std::ptrdiff_t>(N * Dz), next);
             add_bias(next, p(params, s.out_b), N, D);
@@ -504,8 +505,7 @@ private:
             detail::gemm_rows(threads_, trans::no, trans::yes, Ni, F, D, 1.0f, dx_.data(), D, p(params, s.out_w), D,
                               0.0f, dwide_.data(), F);
             for (std::size_t i = 0, n = N * Fz; i < n; ++i) {
-                const float u = a.pre[i];
-                const float th = std::tanh(detail::gelu_c * (u + detail::gelu_k * u * u * u));
+                const float u = a.pre[i], th = a.tanh[i];
                 const float dth = (1.0f - th * th) * detail::gelu_c * (1.0f + 3.0f * detail::gelu_k * u * u);
                 dwide_[i] *= 0.5f * (1.0f + th) + 0.5f * u * dth;
             }

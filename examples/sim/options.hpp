@@ -76,7 +76,7 @@ inline double default_outer_lr(outer_kind o) {
 struct gpt_defaults {
     static constexpr int context = 32;
     static constexpr int batch = 4;
-    static constexpr int d_model = 48;
+    static constexpr int d_model = 64;
     static constexpr int heads = 4;
     static constexpr float clip = 1.0f;
 };
@@ -104,6 +104,7 @@ struct sim_config {
     float weight_decay = 0.1f;
     schedule_kind lr_schedule = schedule_kind::constant; // after warm-up; linear and cosine end at 0.1 x lr
     float clip = 0.0f;                                   // global gradient-norm limit (0: no clipping)
+    int threads = 1;                                     // gpt: OpenMP threads per worker
     model_config model{};
 
     std::string data_file;              // empty: the generated corpus
@@ -189,15 +190,19 @@ Data
   --corpus-chars N       size of the generated corpus, >= 20000 (default 400000)
   --shards iid|non-iid   iid: 64-character sequences dealt at random to workers;
                          non-iid: each worker gets one contiguous stretch (default iid)
-  --eval-size N          held-out positions evaluated (last 10% of the text), >= 1 (default 8192)
+  --eval-size N          held-out positions evaluated (last 10% of the text), >= 1 (default 8192);
+                         gpt: consecutive windows covering N targets
 
 Model size
   --context C            characters of context, 1..256 (default 12; gpt: 32)
   --layers L             mlp: hidden tanh layers; gpt: transformer blocks; 1..8 (default 2)
   --embed E              mlp only: embedding width, 1..1024 (default 24)
   --hidden H             mlp only: units per hidden layer, 1..8192 (default 256)
-  --d-model D            gpt only: residual stream width, 1..4096 (default 48)
+  --d-model D            gpt only: residual stream width, 1..4096 (default 64)
   --heads H              gpt only: attention heads, dividing --d-model, 1..256 (default 4)
+  --threads T            gpt only: OpenMP threads per worker for the matrix products and
+                         attention, 1..256 (default 1: the workers' own threads fill the
+                         cores; T > 1 helps when workers x T <= idle cores, e.g. --workers 1)
 
 SPARTA (sparta, sparta-diloco)
   --fraction P           fraction of parameters averaged per exchange, (0, 1] (default 0.005)
@@ -342,7 +347,7 @@ inline sim_config parse_cli(std::span<const std::string> args) {
             "--fraction-schedule", "--fraction-end", "--outer-interval", "--outer", "--outer-lr",
             "--outer-momentum", "--outer-lr-schedule", "--outer-lr-end", "--drop-prob", "--prune", "--topology",
             "--island-size", "--csv", "--codec", "--outer-codec", "--codec-block", "--error-feedback", "--outer-topk",
-            "--model", "--d-model", "--heads", "--lr-schedule", "--clip"};
+            "--model", "--d-model", "--heads", "--lr-schedule", "--clip", "--threads"};
         bool is_known = false;
         for (auto k : known) is_known = is_known || k == opt;
         if (!is_known) throw usage_error("unknown option '" + opt + "' (see --help)");
@@ -415,6 +420,9 @@ inline sim_config parse_cli(std::span<const std::string> args) {
             gpt_only.push_back(opt);
         } else if (opt == "--heads") {
             c.model.heads = detail::parse_int<int>(opt, v, 1, 256);
+            gpt_only.push_back(opt);
+        } else if (opt == "--threads") {
+            c.threads = detail::parse_int<int>(opt, v, 1, 256);
             gpt_only.push_back(opt);
         } else if (opt == "--lr-schedule") {
             c.lr_schedule = detail::parse_enum<schedule_kind>(opt, v, schedule_names);
@@ -535,6 +543,10 @@ inline sim_config parse_cli(std::span<const std::string> args) {
         if (!lr_schedule_given) c.lr_schedule = schedule_kind::cosine;
         if (!clip_given) c.clip = gpt_defaults::clip;
     }
+#if !TRICKLE_SIM_HAVE_OPENMP
+    if (c.threads > 1)
+        throw usage_error("--threads: this build of trickle-sim has no OpenMP, so each worker runs on one thread");
+#endif
 
     bool any_sparta = false, any_diloco = false;
     for (auto s : c.strategies) {

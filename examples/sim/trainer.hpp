@@ -88,8 +88,7 @@ inline mlp_workspace make_workspace(const mlp& model, const sim_config& cfg) {
     return mlp_workspace(model, std::max(cfg.batch, 256));
 }
 inline gpt_workspace make_workspace(const gpt& model, const sim_config& cfg) {
-    return gpt_workspace(model, std::max(cfg.batch, std::max(1, 1024 / cfg.model.context)),
-                         threads_per_worker(cfg.workers));
+    return gpt_workspace(model, std::max(cfg.batch, std::max(1, 1024 / cfg.model.context)), cfg.threads);
 }
 
 template <class Model>

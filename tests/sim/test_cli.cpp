@@ -138,6 +138,7 @@ TEST_CASE("cli: --model gpt and its options; the mlp's defaults stay as they wer
     CHECK(g.batch == gpt_defaults::batch);
     CHECK(g.lr_schedule == schedule_kind::cosine);
     CHECK(g.clip == gpt_defaults::clip);
+    CHECK(g.threads == 1);
 
     // Given values win over those defaults.
     const sim_config r = parse({"--model=gpt", "--layers", "4", "--d-model", "128", "--heads", "8", "--context", "128",
@@ -149,6 +150,11 @@ TEST_CASE("cli: --model gpt and its options; the mlp's defaults stay as they wer
     CHECK(r.batch == 16);
     CHECK(r.lr_schedule == schedule_kind::constant);
     CHECK(r.clip == 0.0f);
+#if TRICKLE_SIM_HAVE_OPENMP
+    CHECK(parse({"--model", "gpt", "--threads", "2"}).threads == 2);
+#else
+    CHECK(error_of({"--model", "gpt", "--threads", "2"}).find("--threads: this build of trickle-sim has no OpenMP") == 0);
+#endif
 
     // The schedule and the clip apply to the mlp too when asked for.
     const sim_config m = parse({"--lr-schedule", "linear", "--clip", "2.5"});
@@ -276,7 +282,7 @@ TEST_CASE("cli: bad input is an error that names the option") {
         {{"--strategy", "ddp", "--topology", "ring"}, "--topology: applies to sparta and diloco strategies"},
         // --model gpt and its sizes.
         {{"--model", "transformer"}, "--model: expected one of mlp|gpt, got 'transformer'"},
-        {{"--model", "gpt", "--heads", "5"}, "--heads: 5 heads do not divide --d-model 48"},
+        {{"--model", "gpt", "--heads", "5"}, "--heads: 5 heads do not divide --d-model 64"},
         {{"--model", "gpt", "--d-model", "30", "--heads", "4"}, "--heads: 4 heads do not divide --d-model 30"},
         {{"--model", "gpt", "--d-model", "0"}, "--d-model: must be in [1, 4096], got '0'"},
         {{"--model", "gpt", "--d-model", "-8"}, "--d-model: must be in [1, 4096]"},
@@ -289,6 +295,8 @@ TEST_CASE("cli: bad input is an error that names the option") {
         {{"--model", "mlp", "--heads", "2"}, "--heads: applies to --model gpt only, but --model is mlp"},
         {{"--model", "gpt", "--hidden", "64"}, "--hidden: applies to --model mlp only"},
         {{"--model", "gpt", "--embed", "8"}, "--embed: applies to --model mlp only"},
+        {{"--threads", "2"}, "--threads: applies to --model gpt only, but --model is mlp"},
+        {{"--model", "gpt", "--threads", "0"}, "--threads: must be in [1, 256], got '0'"},
         {{"--lr-schedule", "exponential"}, "--lr-schedule: expected one of constant|linear|cosine"},
         {{"--clip", "-1"}, "--clip: must be in [0, 1e6]"},
     };
@@ -343,7 +351,7 @@ TEST_CASE("cli: run_cli exits 2 with the message on stderr for bad options and b
     r = run({"--model", "gpt", "--heads", "5"});
     CHECK(r.code == 2);
     CHECK(r.out.empty());
-    CHECK(r.err.find("--heads: 5 heads do not divide --d-model 48") != std::string::npos);
+    CHECK(r.err.find("--heads: 5 heads do not divide --d-model 64") != std::string::npos);
 
     r = run({"--model", "tiny-gpt"});
     CHECK(r.code == 2);
@@ -376,7 +384,7 @@ TEST_CASE("cli: --help documents every option and exits 0") {
                             "--outer-lr", "--outer-momentum", "--outer-lr-schedule", "--outer-lr-end", "--drop-prob",
                             "--prune", "--topology", "--island-size", "--csv", "--codec", "--outer-codec",
                             "--codec-block", "--error-feedback", "--outer-topk", "--model", "--d-model", "--heads",
-                            "--lr-schedule", "--clip", "--quiet", "--help"})
+                            "--lr-schedule", "--clip", "--threads", "--quiet", "--help"})
         CHECK_MESSAGE(r.out.find(opt) != std::string::npos, opt);
     CHECK(r.out.find("correlation,bytes_sent_per_worker,reduction_vs_ddp,wall_s") != std::string::npos);
 }

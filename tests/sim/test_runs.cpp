@@ -374,6 +374,12 @@ TEST_CASE("runs: --model gpt trains under sparta on 2 workers as the mlp does: l
         CHECK(sp.bytes_sent[static_cast<std::size_t>(w)] == all_reduce_total(count, 2, w, 40));
     CHECK_FALSE(bitwise_equal(sp.replicas[0], sp.replicas[1]));
     for (auto b : none.bytes_sent) CHECK(b == 0);
+    // --threads 2 (an OpenMP team per worker) changes no bit of the run.
+    sim_config threaded = cfg;
+    threaded.threads = 2;
+    const run_result sp2 = run_strategy(threaded, data, strategy_kind::sparta);
+    CHECK(bitwise_equal(sp2.replicas[0], sp.replicas[0]));
+    CHECK(bitwise_equal(sp2.replicas[1], sp.replicas[1]));
     // ddp: identical replicas (the clip sees the same averaged gradient on every worker).
     CHECK(bitwise_equal(ddp.replicas[0], ddp.replicas[1]));
     CHECK(ddp.bytes_sent[0] == all_reduce_total(ddp.parameters, 2, 0, 40));
