@@ -306,7 +306,8 @@ private:
     static void column_sums(const float* m, std::size_t rows, int cols, float* out) {
         std::fill(out, out + cols, 0.0f);
         for (std::size_t r = 0; r < rows; ++r)
-            for (int c = 0; c < cols; ++c) out[c] += m[r * static_cast<std::size_t>(cols) + static_cast<std::size_t>(c)];
+            for (int c = 0; c < cols; ++c)
+                out[c] += m[r * static_cast<std::size_t>(cols) + static_cast<std::size_t>(c)];
     }
 
     // Causal attention of every (window, head): probs and att of layer a from its qkv.

@@ -206,7 +206,8 @@ run_result run_strategy_with(const Model& model, const sim_config& cfg, const da
 inline run_result run_strategy(const sim_config& cfg, const dataset& data, strategy_kind kind,
                                step_observer* observer = nullptr) {
     single_threaded_blas();
-    if (cfg.model.kind == model_kind::gpt) return detail::run_strategy_with(gpt(cfg.model, data.vocab()), cfg, data, kind, observer);
+    if (cfg.model.kind == model_kind::gpt)
+        return detail::run_strategy_with(gpt(cfg.model, data.vocab()), cfg, data, kind, observer);
     return detail::run_strategy_with(mlp(cfg.model, data.vocab()), cfg, data, kind, observer);
 }
 

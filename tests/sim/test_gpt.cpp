@@ -82,9 +82,9 @@ S reference_loss(const gpt& m, const std::vector<S>& w, const std::vector<std::u
             for (int t = 0; t < T; ++t)
                 for (int i = 0; i < D; ++i) x[t][i] += proj[t][i];
             mat hidden = linear(norm(x, m.slot(b.ln2_w), m.slot(b.ln2_b)), m.slot(b.fc_w), m.slot(b.fc_b));
+            const S c = std::sqrt(S(2) / std::numbers::pi_v<S>);
             for (auto& row : hidden)
-                for (auto& u : row)
-                    u = S(0.5) * u * (S(1) + std::tanh(std::sqrt(S(2) / std::numbers::pi_v<S>) * (u + S(0.044715) * u * u * u)));
+                for (auto& u : row) u = S(0.5) * u * (S(1) + std::tanh(c * (u + S(0.044715) * u * u * u)));
             const mat out = linear(hidden, m.slot(b.out_w), m.slot(b.out_b));
             for (int t = 0; t < T; ++t)
                 for (int i = 0; i < D; ++i) x[t][i] += out[t][i];
@@ -136,7 +136,8 @@ std::vector<float> formula_weights(const gpt& m) {
 
 std::vector<std::uint8_t> formula_tokens() {
     std::vector<std::uint8_t> tok(16);
-    for (int i = 0; i < 16; ++i) tok[static_cast<std::size_t>(i)] = static_cast<std::uint8_t>((3 * i * i + 5 * i + 1) % reference_vocab);
+    for (int i = 0; i < 16; ++i)
+        tok[static_cast<std::size_t>(i)] = static_cast<std::uint8_t>((3 * i * i + 5 * i + 1) % reference_vocab);
     return tok;
 }
 
@@ -217,7 +218,7 @@ TEST_CASE("gpt: the layout covers every parameter once; the same seed gives the 
     CHECK(loss == doctest::Approx(std::log(7.0)).epsilon(0.01));
 }
 
-TEST_CASE("gpt: the float forward equals the fp64 reference, and backward matches its central differences for every tensor") {
+TEST_CASE("gpt: the float forward equals the fp64 reference; backward matches its central differences, every tensor") {
     const gpt m(reference_config(), reference_vocab);
     const std::vector<float> w = formula_weights(m);
     const auto tok = formula_tokens();
