@@ -2,6 +2,7 @@
 #include <trickle/comm/local.hpp>
 #include <trickle/comm/nccl.hpp>
 #include <trickle/exec/buffer.hpp>
+#include <trickle/exec/cuda.hpp>
 
 #include <doctest/doctest.h>
 #include <test_support.hpp>
@@ -140,6 +141,13 @@ void run_rank(ncclComm_t handle, int device, outcome& o) {
 }
 
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+// Work for the compute stream while a collective runs on the side stream.
+struct scale_body {
+    float* p;
+    float k;
+    TRICKLE_HOST_DEVICE void operator()(std::size_t i) const { p[i] *= k; }
+};
 
 } // namespace
 
@@ -282,6 +290,57 @@ TEST_CASE("nccl all_gather and all_to_all: device blocks where their definition 
                         if (!bad.empty()) throw std::logic_error(bad + " (" + std::to_string(bytes) + " bytes)");
                     }
                 }
+                TRICKLE_CUDA_CHECK(cudaStreamDestroy(stream));
+            } catch (const std::exception& e) {
+                failures[static_cast<std::size_t>(d)] = e.what();
+            }
+        });
+    for (auto& t : threads) t.join();
+    for (auto h : handles) ncclCommDestroy(h);
+    for (int r = 0; r < N; ++r) {
+        INFO("rank ", r);
+        CHECK(failures[static_cast<std::size_t>(r)] == std::string());
+    }
+}
+
+TEST_CASE("nccl side stream: a started all-reduce overlaps the compute stream's kernels and gives the blocking bits") {
+    int N = 0;
+    TRICKLE_CUDA_CHECK(cudaGetDeviceCount(&N));
+    REQUIRE(N >= 1);
+    std::vector<ncclComm_t> handles(static_cast<std::size_t>(N));
+    TRICKLE_NCCL_CHECK(ncclCommInitAll(handles.data(), N, nullptr));
+    std::vector<std::string> failures(static_cast<std::size_t>(N));
+    std::vector<std::thread> threads;
+    for (int d = 0; d < N; ++d)
+        threads.emplace_back([&, d] {
+            try {
+                TRICKLE_CUDA_CHECK(cudaSetDevice(d));
+                cudaStream_t stream = nullptr, side = nullptr;
+                TRICKLE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+                TRICKLE_CUDA_CHECK(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
+                {
+                    comm::nccl c(handles[static_cast<std::size_t>(d)], stream);
+                    const int r = c.rank();
+                    if (thrown<invalid_argument>([&] { (void)c.start_all_reduce_sum(nullptr, 0); }).find("no side stream") ==
+                        std::string::npos)
+                        throw std::logic_error("a start without a side stream was not refused");
+                    c.set_side_stream(side);
+                    const std::size_t n = 100003;
+                    std::vector<float> h(n);
+                    for (std::size_t i = 0; i < n; ++i) h[i] = wavy(r, i);
+                    auto a = to_device(h), b = to_device(h), busy = to_device(std::vector<float>(1 << 20, 1.0f));
+                    c.all_reduce_sum(a.data(), n);
+                    const traffic_counters before = c.traffic();
+                    comm::nccl_request q = c.start_all_reduce_sum(b.data(), n);
+                    for_each_index(exec::cuda{stream, d}, std::size_t{1} << 20, scale_body{busy.data(), 1.5f});
+                    q.wait();
+                    c.synchronize();
+                    if (!q.test()) throw std::logic_error("test() after wait and synchronize");
+                    if (to_host(a) != to_host(b)) throw std::logic_error("the started all-reduce differs from the blocking one");
+                    if ((c.traffic() - before).bytes_sent != detail::all_reduce_bytes(n, 4, c.size(), r))
+                        throw std::logic_error("bytes of the started all-reduce");
+                }
+                TRICKLE_CUDA_CHECK(cudaStreamDestroy(side));
                 TRICKLE_CUDA_CHECK(cudaStreamDestroy(stream));
             } catch (const std::exception& e) {
                 failures[static_cast<std::size_t>(d)] = e.what();

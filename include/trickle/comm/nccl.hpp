@@ -22,6 +22,7 @@
 #include <cstring>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 TRICKLE_NAMESPACE_BEGIN
@@ -44,6 +45,67 @@ inline void check_nccl(ncclResult_t code, const char* call, const char* file, in
 #define TRICKLE_NCCL_CHECK(call) ::trickle::detail::check_nccl((call), #call, __FILE__, __LINE__)
 
 namespace comm {
+
+// An operation started on comm::nccl's side stream. wait() orders the communicator's
+// (compute) stream after it with an event, so later work on that stream sees the result;
+// the host never waits. test() asks whether the device has finished it. A request
+// destroyed unwaited still orders the compute stream after it (so no later kernel can
+// race with the collective on its buffer), and its event is released once the device is
+// done with it.
+class nccl_request {
+public:
+    nccl_request() = default;
+    nccl_request(nccl_request&& o) noexcept
+        : done_(std::exchange(o.done_, nullptr)), compute_(o.compute_), device_(o.device_) {}
+    nccl_request& operator=(nccl_request&& o) noexcept {
+        if (this != &o) {
+            finish();
+            done_ = std::exchange(o.done_, nullptr);
+            compute_ = o.compute_;
+            device_ = o.device_;
+        }
+        return *this;
+    }
+    nccl_request(const nccl_request&) = delete;
+    nccl_request& operator=(const nccl_request&) = delete;
+    ~nccl_request() { finish(); }
+
+    bool valid() const { return done_ != nullptr; }
+
+    // The compute stream waits for the operation (enqueued; the host does not wait).
+    void wait() {
+        if (done_ == nullptr) return;
+        detail::device_scope on(device_);
+        const cudaError_t rc = cudaStreamWaitEvent(compute_, done_, 0);
+        (void)cudaEventDestroy(std::exchange(done_, nullptr));
+        detail::check_cuda(rc, "cudaStreamWaitEvent(compute, done)", __FILE__, __LINE__);
+    }
+
+    // Whether the device has finished the operation.
+    bool test() const {
+        if (done_ == nullptr) return true;
+        detail::device_scope on(device_);
+        const cudaError_t rc = cudaEventQuery(done_);
+        if (rc == cudaErrorNotReady) return false;
+        detail::check_cuda(rc, "cudaEventQuery(done)", __FILE__, __LINE__);
+        return true;
+    }
+
+private:
+    friend class nccl;
+    nccl_request(cudaEvent_t done, cudaStream_t compute, int device) : done_(done), compute_(compute), device_(device) {}
+
+    void finish() noexcept {
+        if (done_ == nullptr) return;
+        detail::device_scope on(device_);
+        (void)cudaStreamWaitEvent(compute_, done_, 0);
+        (void)cudaEventDestroy(std::exchange(done_, nullptr));
+    }
+
+    cudaEvent_t done_ = nullptr;
+    cudaStream_t compute_ = nullptr;
+    int device_ = 0;
+};
 
 // A trickle::communicator over the trainer's NCCL communicator and CUDA stream, neither
 // of which it owns: both must outlive it, and the stream must belong to the
@@ -104,6 +166,52 @@ public:
         }
         const std::uint64_t bytes = detail::all_reduce_bytes(n, sizeof(float), size_, rank_);
         traffic_.count_all_reduce(bytes);
+    }
+
+    // ---- Overlap on a side stream (optional): the user names a stream of the same device
+    // (its own, non-blocking; it must outlive this object). start_all_reduce_sum records an
+    // event on the compute stream (the data is ready), makes the side stream wait for it,
+    // enqueues the all-reduce there and returns a request whose wait() makes the compute
+    // stream wait for the result: kernels enqueued on the compute stream in between run
+    // alongside the collective. The data must not be touched by them. Bytes are counted
+    // at the start (the operation is enqueued; NCCL reports failures on the next wait or
+    // synchronize).
+    void set_side_stream(cudaStream_t side) {
+        require(side != nullptr && side != cudaStreamLegacy && side != stream_,
+                "comm::nccl set_side_stream: name a non-blocking stream of your own, other than the compute stream");
+#if CUDART_VERSION >= 12080
+        int d = -1;
+        TRICKLE_CUDA_CHECK(cudaStreamGetDevice(side, &d));
+        require(d == device_, "comm::nccl set_side_stream: the stream belongs to device ", d, " but the communicator to ",
+                device_);
+#endif
+        side_ = side;
+    }
+    cudaStream_t side_stream() const { return side_; }
+
+    nccl_request start_all_reduce_sum(float* data, std::size_t n) {
+        require(side_ != nullptr, "comm::nccl start_all_reduce_sum: no side stream (call set_side_stream first)");
+        require(n == 0 || data != nullptr, "comm::nccl start_all_reduce_sum: null pointer with ", n, " elements");
+        detail::device_scope on(device_);
+        if (n != 0) detail::check_pointer_space<cuda_space>(data, "comm::nccl start_all_reduce_sum: data");
+        cudaEvent_t ready = nullptr, done = nullptr;
+        TRICKLE_CUDA_CHECK(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
+        const cudaError_t rc = cudaEventCreateWithFlags(&done, cudaEventDisableTiming);
+        if (rc != cudaSuccess) (void)cudaEventDestroy(ready);
+        detail::check_cuda(rc, "cudaEventCreateWithFlags(&done)", __FILE__, __LINE__);
+        try {
+            TRICKLE_CUDA_CHECK(cudaEventRecord(ready, stream_));
+            TRICKLE_CUDA_CHECK(cudaStreamWaitEvent(side_, ready, 0));
+            if (n != 0) TRICKLE_NCCL_CHECK(ncclAllReduce(data, data, n, ncclFloat, ncclSum, comm_, side_));
+            TRICKLE_CUDA_CHECK(cudaEventRecord(done, side_));
+        } catch (...) {
+            (void)cudaEventDestroy(ready);
+            (void)cudaEventDestroy(done);
+            throw;
+        }
+        (void)cudaEventDestroy(ready); // released once the side stream has passed its wait
+        traffic_.count_all_reduce(detail::all_reduce_bytes(n, sizeof(float), size_, rank_));
+        return nccl_request(done, stream_, device_);
     }
 
     // On the stream: sends n floats to rank dst and receives m floats from rank src, in
@@ -274,6 +382,7 @@ private:
 
     ncclComm_t comm_;
     cudaStream_t stream_;
+    cudaStream_t side_ = nullptr;
     int rank_ = 0;
     int size_ = 1;
     int device_ = 0;
