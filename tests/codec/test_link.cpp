@@ -170,6 +170,25 @@ struct replica {
     }
 };
 
+// N workers train their replicas rs (made here) for `steps` steps with the algorithm make
+// builds; returns each worker's stats.
+template <class Make>
+std::vector<exchange_stats> train_replicas(int N, int steps, std::vector<replica>& rs, Make make) {
+    rs.clear();
+    for (int r = 0; r < N; ++r) rs.emplace_back(r);
+    std::vector<exchange_stats> st(static_cast<std::size_t>(N));
+    comm::run_local(N, [&](comm::local& c) {
+        const auto R = static_cast<std::size_t>(c.rank());
+        auto alg = make(rs[R].group, c);
+        for (int t = 0; t < steps; ++t) {
+            rs[R].train(c.rank(), t);
+            alg.step(exec::host{});
+        }
+        st[R] = alg.stats();
+    });
+    return st;
+}
+
 double spread(const std::vector<replica>& rs) {
     double worst = 0;
     for (std::size_t i = 0; i < rs[0].w.size(); ++i)
@@ -184,16 +203,7 @@ TEST_CASE("SPARTA and DiLoCo through gossip and islands with a codec: fewer byte
     // The same run in fp32 and through the codec; compare bytes and the replicas' spread.
     const auto run = [&](auto make) {
         std::vector<replica> rs;
-        for (int r = 0; r < N; ++r) rs.emplace_back(r);
-        std::vector<exchange_stats> st(N);
-        comm::run_local(N, [&](comm::local& c) {
-            auto alg = make(rs[static_cast<std::size_t>(c.rank())].group, c);
-            for (int t = 0; t < steps; ++t) {
-                rs[static_cast<std::size_t>(c.rank())].train(c.rank(), t);
-                alg.step(exec::host{});
-            }
-            st[static_cast<std::size_t>(c.rank())] = alg.stats();
-        });
+        const auto st = train_replicas(N, steps, rs, make);
         return std::make_pair(spread(rs), st[0].total.bytes_sent);
     };
     const auto [s_fp32, b_fp32] = run([](auto& g, auto& c) {
@@ -259,16 +269,7 @@ TEST_CASE("stats().sent splits every byte sent into codes, scales, indices and p
     using codec::wire_parts;
     const auto run = [&](auto make) {
         std::vector<replica> rs;
-        for (int r = 0; r < N; ++r) rs.emplace_back(r);
-        std::vector<exchange_stats> st(N);
-        comm::run_local(N, [&](comm::local& c) {
-            auto alg = make(rs[static_cast<std::size_t>(c.rank())].group, c);
-            for (int t = 0; t < steps; ++t) {
-                rs[static_cast<std::size_t>(c.rank())].train(c.rank(), t);
-                alg.step(exec::host{});
-            }
-            st[static_cast<std::size_t>(c.rank())] = alg.stats();
-        });
+        const auto st = train_replicas(N, steps, rs, make);
         for (int r = 0; r < N; ++r) {
             INFO("rank ", r);
             const exchange_stats& s = st[static_cast<std::size_t>(r)];

@@ -142,6 +142,39 @@ void run_rank(ncclComm_t handle, int device, outcome& o) {
 
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
+// Runs fn(d, handle, stream) for one rank per visible GPU, one thread each, over
+// ncclCommInitAll's communicators and a fresh non-blocking stream per rank; returns each
+// rank's failure message ("" when it passed).
+template <class Fn>
+std::vector<std::string> on_every_gpu(Fn&& fn) {
+    int N = 0;
+    TRICKLE_CUDA_CHECK(cudaGetDeviceCount(&N));
+    std::vector<ncclComm_t> handles(static_cast<std::size_t>(N));
+    TRICKLE_NCCL_CHECK(ncclCommInitAll(handles.data(), N, nullptr));
+    std::vector<std::string> failures(static_cast<std::size_t>(N));
+    std::vector<std::thread> threads;
+    for (int d = 0; d < N; ++d)
+        threads.emplace_back([&, d] {
+            try {
+                TRICKLE_CUDA_CHECK(cudaSetDevice(d));
+                cudaStream_t stream = nullptr;
+                TRICKLE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+                try {
+                    fn(d, handles[static_cast<std::size_t>(d)], stream);
+                } catch (...) {
+                    cudaStreamDestroy(stream);
+                    throw;
+                }
+                TRICKLE_CUDA_CHECK(cudaStreamDestroy(stream));
+            } catch (const std::exception& e) {
+                failures[static_cast<std::size_t>(d)] = e.what();
+            }
+        });
+    for (auto& t : threads) t.join();
+    for (auto h : handles) ncclCommDestroy(h);
+    return failures;
+}
+
 // Work for the compute stream while a collective runs on the side stream.
 struct scale_body {
     float* p;
@@ -249,107 +282,73 @@ TEST_CASE("nccl: one rank per GPU: sums, shifts, broadcasts, gathers and the byt
 }
 
 TEST_CASE("nccl all_gather and all_to_all: device blocks where their definition puts them, bytes of the cost model") {
-    int N = 0;
-    TRICKLE_CUDA_CHECK(cudaGetDeviceCount(&N));
-    REQUIRE(N >= 1);
-    std::vector<ncclComm_t> handles(static_cast<std::size_t>(N));
-    TRICKLE_NCCL_CHECK(ncclCommInitAll(handles.data(), N, nullptr));
-    std::vector<std::string> failures(static_cast<std::size_t>(N));
-    std::vector<std::thread> threads;
-    for (int d = 0; d < N; ++d)
-        threads.emplace_back([&, d] {
-            try {
-                TRICKLE_CUDA_CHECK(cudaSetDevice(d));
-                cudaStream_t stream = nullptr;
-                TRICKLE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-                {
-                    comm::nccl c(handles[static_cast<std::size_t>(d)], stream);
-                    // The host helper's check, through device copies of its buffers.
-                    struct device_view {
-                        comm::nccl& c;
-                        int rank() const { return c.rank(); }
-                        int size() const { return c.size(); }
-                        traffic_counters traffic() const { return c.traffic(); }
-                        void through(const void* send, void* recv, std::size_t b, bool to_all) {
-                            const std::size_t in = to_all ? b * static_cast<std::size_t>(size()) : b;
-                            const std::size_t out = b * static_cast<std::size_t>(size());
-                            buffer<unsigned char, cuda_space> ds(in + 1), dr(out + 1);
-                            copy_elements<cuda_space, host_space>(ds.data(), static_cast<const unsigned char*>(send), in);
-                            if (to_all)
-                                c.all_to_all(ds.data(), dr.data(), b);
-                            else
-                                c.all_gather(ds.data(), dr.data(), b);
-                            c.synchronize();
-                            copy_elements<host_space, cuda_space>(static_cast<unsigned char*>(recv), dr.data(), out);
-                        }
-                        void all_to_all(const void* s, void* r, std::size_t b) { through(s, r, b, true); }
-                        void all_gather(const void* s, void* r, std::size_t b) { through(s, r, b, false); }
-                    } view{c};
-                    for (std::size_t bytes : {std::size_t{0}, std::size_t{1}, std::size_t{13}, std::size_t{65536}}) {
-                        const std::string bad = trickle_test::check_byte_collectives(view, bytes);
-                        if (!bad.empty()) throw std::logic_error(bad + " (" + std::to_string(bytes) + " bytes)");
-                    }
-                }
-                TRICKLE_CUDA_CHECK(cudaStreamDestroy(stream));
-            } catch (const std::exception& e) {
-                failures[static_cast<std::size_t>(d)] = e.what();
+    const auto failures = on_every_gpu([](int, ncclComm_t handle, cudaStream_t stream) {
+        comm::nccl c(handle, stream);
+        // The host helper's check, through device copies of its buffers.
+        struct device_view {
+            comm::nccl& c;
+            int rank() const { return c.rank(); }
+            int size() const { return c.size(); }
+            traffic_counters traffic() const { return c.traffic(); }
+            void through(const void* send, void* recv, std::size_t b, bool to_all) {
+                const std::size_t in = to_all ? b * static_cast<std::size_t>(size()) : b;
+                const std::size_t out = b * static_cast<std::size_t>(size());
+                buffer<unsigned char, cuda_space> ds(in + 1), dr(out + 1);
+                copy_elements<cuda_space, host_space>(ds.data(), static_cast<const unsigned char*>(send), in);
+                if (to_all)
+                    c.all_to_all(ds.data(), dr.data(), b);
+                else
+                    c.all_gather(ds.data(), dr.data(), b);
+                c.synchronize();
+                copy_elements<host_space, cuda_space>(static_cast<unsigned char*>(recv), dr.data(), out);
             }
-        });
-    for (auto& t : threads) t.join();
-    for (auto h : handles) ncclCommDestroy(h);
-    for (int r = 0; r < N; ++r) {
+            void all_to_all(const void* s, void* r, std::size_t b) { through(s, r, b, true); }
+            void all_gather(const void* s, void* r, std::size_t b) { through(s, r, b, false); }
+        } view{c};
+        for (std::size_t bytes : {std::size_t{0}, std::size_t{1}, std::size_t{13}, std::size_t{65536}}) {
+            const std::string bad = trickle_test::check_byte_collectives(view, bytes);
+            if (!bad.empty()) throw std::logic_error(bad + " (" + std::to_string(bytes) + " bytes)");
+        }
+    });
+    REQUIRE(!failures.empty());
+    for (std::size_t r = 0; r < failures.size(); ++r) {
         INFO("rank ", r);
-        CHECK(failures[static_cast<std::size_t>(r)] == std::string());
+        CHECK(failures[r] == std::string());
     }
 }
 
 TEST_CASE("nccl side stream: a started all-reduce overlaps the compute stream's kernels and gives the blocking bits") {
-    int N = 0;
-    TRICKLE_CUDA_CHECK(cudaGetDeviceCount(&N));
-    REQUIRE(N >= 1);
-    std::vector<ncclComm_t> handles(static_cast<std::size_t>(N));
-    TRICKLE_NCCL_CHECK(ncclCommInitAll(handles.data(), N, nullptr));
-    std::vector<std::string> failures(static_cast<std::size_t>(N));
-    std::vector<std::thread> threads;
-    for (int d = 0; d < N; ++d)
-        threads.emplace_back([&, d] {
-            try {
-                TRICKLE_CUDA_CHECK(cudaSetDevice(d));
-                cudaStream_t stream = nullptr, side = nullptr;
-                TRICKLE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-                TRICKLE_CUDA_CHECK(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
-                {
-                    comm::nccl c(handles[static_cast<std::size_t>(d)], stream);
-                    const int r = c.rank();
-                    if (thrown<invalid_argument>([&] { (void)c.start_all_reduce_sum(nullptr, 0); }).find("no side stream") ==
-                        std::string::npos)
-                        throw std::logic_error("a start without a side stream was not refused");
-                    c.set_side_stream(side);
-                    const std::size_t n = 100003;
-                    std::vector<float> h(n);
-                    for (std::size_t i = 0; i < n; ++i) h[i] = wavy(r, i);
-                    auto a = to_device(h), b = to_device(h), busy = to_device(std::vector<float>(1 << 20, 1.0f));
-                    c.all_reduce_sum(a.data(), n);
-                    const traffic_counters before = c.traffic();
-                    comm::nccl_request q = c.start_all_reduce_sum(b.data(), n);
-                    for_each_index(exec::cuda{stream, d}, std::size_t{1} << 20, scale_body{busy.data(), 1.5f});
-                    q.wait();
-                    c.synchronize();
-                    if (!q.test()) throw std::logic_error("test() after wait and synchronize");
-                    if (to_host(a) != to_host(b)) throw std::logic_error("the started all-reduce differs from the blocking one");
-                    if ((c.traffic() - before).bytes_sent != detail::all_reduce_bytes(n, 4, c.size(), r))
-                        throw std::logic_error("bytes of the started all-reduce");
-                }
-                TRICKLE_CUDA_CHECK(cudaStreamDestroy(side));
-                TRICKLE_CUDA_CHECK(cudaStreamDestroy(stream));
-            } catch (const std::exception& e) {
-                failures[static_cast<std::size_t>(d)] = e.what();
-            }
-        });
-    for (auto& t : threads) t.join();
-    for (auto h : handles) ncclCommDestroy(h);
-    for (int r = 0; r < N; ++r) {
+    const auto failures = on_every_gpu([](int d, ncclComm_t handle, cudaStream_t stream) {
+        cudaStream_t side = nullptr;
+        TRICKLE_CUDA_CHECK(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
+        struct owned {
+            cudaStream_t s;
+            ~owned() { cudaStreamDestroy(s); }
+        } keep{side};
+        comm::nccl c(handle, stream);
+        const int r = c.rank();
+        if (thrown<invalid_argument>([&] { (void)c.start_all_reduce_sum(nullptr, 0); }).find("no side stream") ==
+            std::string::npos)
+            throw std::logic_error("a start without a side stream was not refused");
+        c.set_side_stream(side);
+        const std::size_t n = 100003;
+        std::vector<float> h(n);
+        for (std::size_t i = 0; i < n; ++i) h[i] = wavy(r, i);
+        auto a = to_device(h), b = to_device(h), busy = to_device(std::vector<float>(1 << 20, 1.0f));
+        c.all_reduce_sum(a.data(), n);
+        const traffic_counters before = c.traffic();
+        comm::nccl_request q = c.start_all_reduce_sum(b.data(), n);
+        for_each_index(exec::cuda{stream, d}, std::size_t{1} << 20, scale_body{busy.data(), 1.5f});
+        q.wait();
+        c.synchronize();
+        if (!q.test()) throw std::logic_error("test() after wait and synchronize");
+        if (to_host(a) != to_host(b)) throw std::logic_error("the started all-reduce differs from the blocking one");
+        if ((c.traffic() - before).bytes_sent != detail::all_reduce_bytes(n, 4, c.size(), r))
+            throw std::logic_error("bytes of the started all-reduce");
+    });
+    REQUIRE(!failures.empty());
+    for (std::size_t r = 0; r < failures.size(); ++r) {
         INFO("rank ", r);
-        CHECK(failures[static_cast<std::size_t>(r)] == std::string());
+        CHECK(failures[r] == std::string());
     }
 }
