@@ -402,3 +402,64 @@ TEST_CASE("overlapped SPARTA: save needs flush() first; sparta_diloco lands the 
                                 false);
     for (int r = 1; r < 3; ++r) CHECK(bitwise_equal(got[static_cast<std::size_t>(r)], got[0]));
 }
+
+TEST_CASE("workers at different speeds: manual outer steps at a deadline, weighted by the tokens each processed") {
+    const int N = 3;
+    std::vector<std::vector<float>> after(N), before_outer(N);
+    std::vector<float> tokens(N);
+    comm::run_local(N, [&](comm::local& c) {
+        const int r = c.rank();
+        model m(r);
+        diloco_options o{.interval = 1000, .seed = 1};
+        o.manual_outer = true;
+        diloco<outer::average> d(m.group, c, o);
+        int t = 0;
+        for (int round = 0; round < 2; ++round) {
+            const int inner = 2 + r + round; // a slower worker fits fewer steps before the deadline
+            for (int k = 0; k < inner; ++k) {
+                m.train(r, t++);
+                d.step(exec::host{});
+            }
+            tokens[static_cast<std::size_t>(r)] = static_cast<float>(inner * 128);
+            d.set_weight(tokens[static_cast<std::size_t>(r)]);
+            before_outer[static_cast<std::size_t>(r)] = m.flat();
+            d.outer_step(exec::host{});
+        }
+        after[static_cast<std::size_t>(r)] = m.flat();
+        CHECK(d.stats().exchanges == 2);
+        CHECK(d.stats().steps == static_cast<std::uint64_t>(2 * (2 + r) + 1));
+    });
+    // Every replica holds the tokens-weighted mean of the parameters before the last outer
+    // step (outer::average: the snapshot becomes the weighted mean), bit-identical.
+    double wsum = 0;
+    for (float w : tokens) wsum += w;
+    for (std::size_t i = 0; i < after[0].size(); ++i) {
+        double mean = 0;
+        for (int r = 0; r < N; ++r) mean += tokens[static_cast<std::size_t>(r)] * before_outer[static_cast<std::size_t>(r)][i];
+        mean /= wsum;
+        REQUIRE(after[0][i] == doctest::Approx(mean).epsilon(1e-5).scale(1.0));
+    }
+    for (int r = 1; r < N; ++r) CHECK(bitwise_equal(after[static_cast<std::size_t>(r)], after[0]));
+}
+
+TEST_CASE("manual outer steps: refused where they do not apply, bad weights refused, nothing changed") {
+    comm::run_local(2, [&](comm::local& c) {
+        model m(c.rank());
+        diloco<outer::average> d(m.group, c, {.interval = 3});
+        CHECK_THROWS_WITH_AS(d.outer_step(exec::host{}), doctest::Contains("set diloco_options::manual_outer"),
+                             invalid_argument);
+        CHECK_THROWS_WITH_AS(d.set_weight(-1.0f), doctest::Contains("finite and >= 0, got -1"), invalid_argument);
+        CHECK_THROWS_AS(d.set_weight(std::nanf("")), invalid_argument);
+        CHECK(d.stats().exchanges == 0);
+        sparta<> s(m.group, c, {.fraction = 0.1});
+        CHECK_THROWS_WITH_AS(s.outer_step(exec::host{}), doctest::Contains("applies to DiLoCo"), invalid_argument);
+        CHECK_THROWS_WITH_AS(s.set_weight(2.0f), doctest::Contains("applies to DiLoCo"), invalid_argument);
+    });
+    const auto errors = trickle_test::run_collect_errors(2, [&](comm::local& c) {
+        model m(c.rank());
+        diloco_options o = streaming(5, 2, 0, 0, c.rank());
+        o.manual_outer = true;
+        diloco<outer::sgd>(m.group, c, o);
+    });
+    for (const auto& e : errors) CHECK(e.find("manual_outer does not combine with streaming") != std::string::npos);
+}

@@ -76,6 +76,10 @@ struct diloco_options {
                                                  // and the application of its average
     double mix = 0.0;                            // alpha in [0, 1]: a late average is merged as
                                                  // params = alpha local + (1 - alpha) global (0: replacement)
+    // Workers at different speeds: the trainer decides when outer steps happen (a deadline,
+    // say) and calls outer_step(exec) on every worker at once; step() only counts inner
+    // steps, which may then differ between workers. Pair with set_weight(tokens).
+    bool manual_outer = false;
 };
 
 namespace detail {
@@ -168,23 +172,50 @@ public:
                                        "step it uncaptured");
         }
         const std::uint64_t t = stats_.steps;
+        const bool due = !options_.manual_outer && (t + 1) % options_.interval == 0;
         if constexpr (std::is_same_v<Exec, exec::cuda>) {
             if (streaming_)
                 streaming_step_cuda(ex, t);
-            else if ((t + 1) % options_.interval == 0)
+            else if (due)
                 outer_step_cuda(ex);
         } else {
             if (streaming_)
                 streaming_step(ex, t);
-            else if ((t + 1) % options_.interval == 0)
-                outer_step(ex);
+            else if (due)
+                run_outer_step(ex);
         }
         stats_.steps = t + 1;
         stats_.dense_bytes += dense_per_step_;
     }
 
+    // manual_outer: one outer step now, on every worker at once (collective), whatever
+    // number of inner steps each worker took since the last one.
+    template <class Exec>
+    void outer_step(const Exec& ex) {
+        static_assert(can_access_v<Exec, Space>, "diloco::outer_step: this execution space cannot reach the parameters");
+        require(options_.manual_outer, "diloco::outer_step: outer steps are triggered by step() every interval steps; "
+                                       "set diloco_options::manual_outer to trigger them yourself");
+        detail::check_same_stream(comm_, ex, kind);
+        if constexpr (std::is_same_v<Exec, exec::cuda>) {
+            detail::check_step_exec(ex, ex_, kind);
+            outer_step_cuda(ex);
+        } else {
+            run_outer_step(ex);
+        }
+    }
+
+    // This worker's weight in the coming outer steps, e.g. the tokens or samples it processed
+    // since the last one (workers at different speeds); finite and >= 0. Local: weights may
+    // differ between workers, and travel with the deltas. If every worker's is 0 the outer
+    // gradient is 0.
+    void set_weight(float w) {
+        require(std::isfinite(w) && w >= 0.0f, "diloco::set_weight: the weight must be finite and >= 0, got ", w);
+        options_.weight = w;
+    }
+
     // True when the next inner step begins an outer step (of some fragment, when streaming).
     bool outer_step_due() const {
+        if (options_.manual_outer) return false;
         if (!streaming_) return (stats_.steps + 1) % options_.interval == 0;
         for (const fragment& f : frags_)
             if (sync_due(f, stats_.steps)) return true;
@@ -373,7 +404,11 @@ private:
             rec.set_error(detail::concat("diloco: overlap_steps (tau) must be < interval (H = ", o.interval, "), got ",
                                          o.overlap_steps));
         if (!(o.mix >= 0.0 && o.mix <= 1.0)) rec.set_error(detail::concat("diloco: mix must be in [0, 1], got ", o.mix));
+        rec.add("manual_outer", o.manual_outer);
         const bool streams = o.fragments > 1 || o.fragment_tensors.size() > 1 || o.overlap_steps > 0 || o.mix > 0.0;
+        if (streams && o.manual_outer)
+            rec.set_error("diloco: manual_outer does not combine with streaming (fragments, overlap_steps, mix), whose "
+                          "schedule follows the inner steps");
         if constexpr (on_device)
             if (streams && o.prune_fraction > 0.0)
                 rec.set_error("diloco: streaming (fragments > 1, overlap_steps > 0 or mix > 0) with pruning runs on host "
@@ -518,7 +553,7 @@ private:
     }
 
     template <class Exec>
-    void outer_step(const Exec& ex) {
+    void run_outer_step(const Exec& ex) {
         float w = 0.0f;
         if (!begin_outer_step(w)) return;
         float* buf = ws_.get(0, n_ + 1);
@@ -973,6 +1008,16 @@ public:
         outer_.step(ex);
         combine();
     }
+
+    // manual_outer: the DiLoCo part's outer step now (collective), after the SPARTA part's
+    // pending exchange lands; and this worker's weight in the coming outer steps.
+    template <class Exec>
+    void outer_step(const Exec& ex) {
+        sparse_.flush(ex);
+        outer_.outer_step(ex);
+        combine();
+    }
+    void set_weight(float w) { outer_.set_weight(w); }
 
     // Applies the SPARTA part's overlapped exchange still waiting, if any (before save()).
     template <class Exec>

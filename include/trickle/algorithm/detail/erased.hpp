@@ -29,6 +29,9 @@ public:
     virtual void step(const exec::openmp&) = 0;
     virtual void step(const exec::cuda&) = 0;
     virtual void flush(const exec::host&) = 0;
+    virtual void outer_step(const exec::host&) = 0;
+    virtual void outer_step(const exec::cuda&) = 0;
+    virtual void set_weight(float) = 0;
     virtual const exchange_stats& stats() const = 0;
     // The SPARTA and DiLoCo parts of a combined algorithm (both equal stats() otherwise).
     virtual const exchange_stats& sparse_stats() const = 0;
@@ -49,6 +52,14 @@ public:
     void flush(const exec::host& ex) override {
         if constexpr (requires { engine_.flush(ex); })
             if constexpr (can_access_v<exec::host, typename Engine::memory_space>) engine_.flush(ex);
+    }
+    void outer_step(const exec::host& ex) override { outer(ex); }
+    void outer_step(const exec::cuda& ex) override { outer(ex); }
+    void set_weight(float w) override {
+        if constexpr (requires { engine_.set_weight(w); })
+            engine_.set_weight(w);
+        else
+            throw invalid_argument(concat(Engine::kind, ": set_weight applies to DiLoCo and SPARTA + DiLoCo"));
     }
     const exchange_stats& stats() const override { return engine_.stats(); }
     const exchange_stats& sparse_stats() const override {
@@ -71,6 +82,20 @@ public:
     Engine& engine() { return engine_; }
 
 private:
+    template <class Exec>
+    void outer(const Exec& ex) {
+        using space = typename Engine::memory_space;
+        if constexpr (requires { engine_.outer_step(ex); }) {
+            if constexpr (can_access_v<Exec, space>)
+                engine_.outer_step(ex);
+            else
+                throw invalid_argument(concat(Engine::kind, "::outer_step: the parameters are in ", space::name,
+                                              " memory, which exec::", Exec::name, " cannot reach"));
+        } else {
+            throw invalid_argument(concat(Engine::kind, ": outer_step applies to DiLoCo and SPARTA + DiLoCo"));
+        }
+    }
+
     template <class Exec>
     void dispatch(const Exec& ex) {
         using space = typename Engine::memory_space;
@@ -98,6 +123,13 @@ public:
     // Applies an overlapped SPARTA exchange still waiting (sparta_options::overlap), so that
     // save() may run; nothing otherwise. Local to the worker.
     void flush() { get("flush").flush(exec::host{}); }
+    // DiLoCo and SPARTA + DiLoCo with diloco_options::manual_outer: an outer step now, on
+    // every worker at once (workers at different speeds, a deadline).
+    void outer_step(const exec::host& ex) { get("outer_step").outer_step(ex); }
+    void outer_step(const exec::cuda& ex) { get("outer_step").outer_step(ex); }
+    // DiLoCo and SPARTA + DiLoCo: this worker's weight in the coming outer steps (e.g. the
+    // tokens it processed since the last one).
+    void set_weight(float w) { get("set_weight").set_weight(w); }
     void save(std::ostream& os) const { get("save").save(os); }
     // Reads a checkpoint; `trailing`: whether bytes may follow it in `is` (checkpoint.hpp).
     void load(std::istream& is, const std::string& source = "stream",
