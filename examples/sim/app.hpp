@@ -71,6 +71,19 @@ inline void print_header(std::ostream& out, const sim_config& cfg, const dataset
         if (cfg.error_feedback > 0) out << " with error feedback " << cfg.error_feedback;
         out << '\n';
     }
+    for (auto s : cfg.strategies)
+        if (s == strategy_kind::streaming_diloco)
+            out << "streaming-diloco: " << cfg.fragments << " fragment(s), overlap " << cfg.overlap_steps
+                << " step(s), mix " << cfg.mix << '\n';
+    if (cfg.sparta_overlap) out << "sparta: overlapped (each exchange applied one step later)\n";
+    for (const auto& net : cfg.networks) {
+        out << "network model: " << net.label << " = " << net.bandwidth_bytes_per_s * 8 / 1e9 << " Gbit/s, "
+            << net.latency_s * 1e3 << " ms per round; compute ";
+        if (cfg.step_time_s > 0)
+            out << cfg.step_time_s * 1e3 << " ms per step (--step-time)\n";
+        else
+            out << "as measured per step\n";
+    }
 }
 
 // Runs a parsed configuration: the header, one training run per strategy, the table.
@@ -78,7 +91,7 @@ inline int run_simulation(const sim_config& cfg, std::ostream& out) {
     single_threaded_blas();
     const dataset data = prepare_data(cfg);
     std::optional<csv_writer> csv;
-    if (!cfg.csv.empty()) csv.emplace(cfg.csv);
+    if (!cfg.csv.empty()) csv.emplace(cfg.csv, cfg.networks);
 
     print_header(out, cfg, data);
     out << std::flush;
@@ -97,6 +110,7 @@ inline int run_simulation(const sim_config& cfg, std::ostream& out) {
     }
     out << '\n';
     print_table(out, runs);
+    print_network_table(out, runs, cfg.networks);
     out << "\neval loss/ppl: the averaged model (mean of the replicas) on held-out text, in nats per character;\n"
            "replica loss: the replicas alone on the same text (mean); train loss: the replicas on their own\n"
            "batches since the previous evaluation; corr: mean pairwise correlation of the replicas' changes since\n"

@@ -5,6 +5,8 @@
 // no effect with the chosen strategies is an error too, so a typo cannot pass unnoticed).
 #pragma once
 
+#include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <cstdint>
@@ -15,6 +17,7 @@
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <utility>
 #include <vector>
 
 namespace trickle_sim {
@@ -25,7 +28,7 @@ public:
     using std::runtime_error::runtime_error;
 };
 
-enum class strategy_kind { ddp, none, sparta, diloco, sparta_diloco };
+enum class strategy_kind { ddp, none, sparta, diloco, sparta_diloco, streaming_diloco };
 enum class shard_mode { iid, non_iid };
 enum class sampler_kind { uniform, permutation, block, layerwise };
 enum class schedule_kind { constant, linear, cosine };
@@ -34,7 +37,8 @@ enum class outer_kind { nesterov, sgd, momentum, adam, average };
 enum class codec_kind { fp32, bf16, fp16, fp8_e4m3, fp8_e5m2, fp8_block, int8, int4, sign2 };
 enum class model_kind { mlp, gpt };
 
-inline constexpr std::string_view strategy_names[] = {"ddp", "none", "sparta", "diloco", "sparta-diloco"};
+inline constexpr std::string_view strategy_names[] = {"ddp", "none", "sparta", "diloco", "sparta-diloco",
+                                                       "streaming-diloco"};
 inline constexpr std::string_view shard_names[] = {"iid", "non-iid"};
 inline constexpr std::string_view sampler_names[] = {"uniform", "permutation", "block", "layerwise"};
 inline constexpr std::string_view schedule_names[] = {"constant", "linear", "cosine"};
@@ -57,7 +61,9 @@ inline std::string_view name_of(outer_kind s) { return name_of(s, outer_names); 
 inline std::string_view name_of(model_kind s) { return name_of(s, model_names); }
 
 inline bool uses_sparta(strategy_kind s) { return s == strategy_kind::sparta || s == strategy_kind::sparta_diloco; }
-inline bool uses_diloco(strategy_kind s) { return s == strategy_kind::diloco || s == strategy_kind::sparta_diloco; }
+inline bool uses_diloco(strategy_kind s) {
+    return s == strategy_kind::diloco || s == strategy_kind::sparta_diloco || s == strategy_kind::streaming_diloco;
+}
 
 // The outer learning rate used when --outer-lr is not given.
 inline double default_outer_lr(outer_kind o) {
@@ -79,6 +85,25 @@ struct gpt_defaults {
     static constexpr int d_model = 64;
     static constexpr int heads = 4;
     static constexpr float clip = 1.0f;
+};
+
+// One link of the network model (--network): every worker's link to the others.
+struct network_config {
+    std::string label;                  // the preset's name, or the spec as given ("1Gbps,50ms")
+    double bandwidth_bytes_per_s = 0;   // > 0
+    double latency_s = 0;               // >= 0, per message round
+};
+
+// The presets of --network, with the values docs/simulator.md gives reasons for.
+struct network_preset {
+    std::string_view name;
+    double bandwidth_bits_per_s;
+    double latency_s;
+};
+inline constexpr network_preset network_presets[] = {
+    {"datacenter", 100e9, 10e-6},  // 100 Gbit/s, 10 us: one data centre's fabric
+    {"cross-region", 10e9, 30e-3}, // 10 Gbit/s, 30 ms: a dedicated link between regions of a cloud
+    {"internet", 1e9, 50e-3},      // 1 Gbit/s, 50 ms: a well-connected site over the public internet
 };
 
 struct model_config {
@@ -140,6 +165,16 @@ struct sim_config {
     double error_feedback = 0.0;               // DiLoCo: beta of the compression residual (0: off)
     int topk_chunk = 0, topk_k = 0;            // DiLoCo: keep topk_k of every topk_chunk values (0: off)
 
+    // Streaming and overlap
+    int fragments = 4;         // streaming-diloco: F
+    int overlap_steps = 1;     // streaming-diloco: tau, in [0, --outer-interval)
+    double mix = 0.0;          // streaming-diloco: alpha in [0, 1]
+    bool sparta_overlap = false; // --overlap: SPARTA applies each exchange one step later
+
+    // The network model: empty: no modelled wall time
+    std::vector<network_config> networks;
+    double step_time_s = 0; // > 0: --step-time (seconds); 0: the measured compute per step
+
     std::string csv;     // empty: no CSV
     bool quiet = false;  // no progress line
     bool help = false;   // --help was given: print help_text() and exit 0
@@ -150,6 +185,13 @@ inline std::string topology_label(const sim_config& c) {
     std::string s(name_of(c.topology));
     if (c.topology == topology_kind::islands) s += " of " + std::to_string(c.island_size);
     return s;
+}
+
+// The tensors of the model (what --fragments splits between): the MLP has an embedding, a
+// weight and a bias per hidden layer and an output weight and bias; the GPT two embeddings,
+// twelve tensors per block and the final norm's two (tests/sim checks this against the models).
+inline int model_tensor_count(const model_config& m) {
+    return m.kind == model_kind::gpt ? 2 + 12 * m.layers + 2 : 1 + 2 * m.layers + 2;
 }
 
 inline std::string help_text() {
@@ -169,6 +211,9 @@ Strategies
                          sparta         average a random fraction p of parameters every step
                          diloco         outer optimizer step on the averaged change every H
                          sparta-diloco  both
+                         streaming-diloco  diloco with the model cut into --fragments whose
+                                        outer steps are staggered over the round, each one's
+                                        average applied --overlap-steps steps later
                          default: ddp,none,sparta,diloco,sparta-diloco
   --workers N            simulated workers, one thread each, 1..256 (default 4)
   --steps S              inner optimizer steps per worker (default 2000)
@@ -213,7 +258,7 @@ SPARTA (sparta, sparta-diloco)
                          over --steps (default constant)
   --fraction-end P1      final fraction of a linear or cosine schedule, (0, 1]
 
-DiLoCo (diloco, sparta-diloco)
+DiLoCo (diloco, sparta-diloco, streaming-diloco)
   --outer-interval H     inner steps per outer step, >= 1 (default 100)
   --outer KIND           nesterov|sgd|momentum|adam|average (default nesterov)
   --outer-lr LR          outer learning rate, > 0 (default 0.7; adam 0.03; not for average)
@@ -232,7 +277,7 @@ Both
                          gossip and exponential need >= 2 workers
   --island-size G        workers per island of --topology islands, 1..--workers (default 2)
 
-Compression (needs --topology all-reduce)
+Compression (any --topology; --outer-topk needs all-reduce)
   --codec C              SPARTA's values on the wire: fp32|bf16|fp16|fp8-e4m3|fp8-e5m2|fp8-block|
                          int8|int4|sign2 (default fp32, today's wire; fp8-block: E4M3 with a scale
                          per block)
@@ -244,9 +289,29 @@ Compression (needs --topology all-reduce)
   --error-feedback BETA  DiLoCo: add BETA x the last outer gradient's compression error to the
                          next one, (0, 1]; needs a lossy --outer-codec or --outer-topk
 
+Streaming and overlap
+  --fragments F          streaming-diloco: fragments, cut at tensor boundaries and balanced by
+                         size, 1..the model's tensors (default 4)
+  --overlap-steps TAU    streaming-diloco: inner steps between a fragment's outer step and the
+                         application of its average, 0..--outer-interval - 1 (default 1; 0 blocks)
+  --mix ALPHA            streaming-diloco: merge a late average as ALPHA x local + (1 - ALPHA) x
+                         global, [0, 1] (default 0: replace)
+  --overlap              sparta, sparta-diloco: apply each exchange one step later, corrected by
+                         the local change meanwhile, so it runs while the next step computes
+
+Network model (a model: docs/simulator.md gives the formula)
+  --network SPEC         model the wall time on a link: BW,LAT (bandwidth in bps|Kbps|Mbps|Gbps,
+                         latency per message round in us|ms|s, e.g. 1Gbps,50ms) or a preset:
+                         datacenter (100Gbps,10us), cross-region (10Gbps,30ms), internet
+                         (1Gbps,50ms); several joined by '+' model each (first: column
+                         sim_wall_s, others: sim_wall_s_<name>)
+  --step-time MS         compute time per inner step in the model, milliseconds, > 0 (default:
+                         the measured compute of the simulated model's steps); needs --network
+
 Output
   --csv FILE             one row per evaluation: strategy,step,eval_loss,eval_ppl,train_loss,
-                         correlation,bytes_sent_per_worker,reduction_vs_ddp,wall_s
+                         correlation,bytes_sent_per_worker,reduction_vs_ddp,wall_s,peak_bytes,
+                         sim_wall_s (nan without --network)
   --quiet                no progress line on stderr
   -h, --help             this text
 
@@ -307,13 +372,58 @@ inline double schedule_end(schedule_kind kind, std::string_view schedule_opt, bo
     return end;
 }
 
+// A number followed by one of `units` (name, multiplier): "2.5Gbps" -> 2.5e9.
+template <std::size_t N>
+double parse_with_unit(std::string_view opt, std::string_view spec, std::string_view v,
+                       const std::pair<std::string_view, double> (&units)[N], std::string_view what) {
+    // The number: digits and a decimal point (no sign, no exponent: the unit scales it).
+    std::size_t digits = 0;
+    while (digits < v.size() && (std::isdigit(static_cast<unsigned char>(v[digits])) || v[digits] == '.')) ++digits;
+    const std::string_view number = v.substr(0, digits), unit = v.substr(digits);
+    std::string list;
+    for (const auto& u : units) {
+        if (!list.empty()) list += '|';
+        list += u.first;
+    }
+    double x = 0;
+    const auto [end, ec] = std::from_chars(number.data(), number.data() + number.size(), x);
+    if (number.empty() || ec != std::errc{} || end != number.data() + number.size() || !std::isfinite(x))
+        bad_value(opt, spec, "expected " + std::string(what) + " as a number and a unit (" + list + ")");
+    for (const auto& u : units)
+        if (u.first == unit) return x * u.second;
+    bad_value(opt, spec, "unknown unit '" + std::string(unit) + "' of the " + std::string(what) + " (expected " + list + ")");
+}
+
+// One --network item: a preset's name or BW,LAT.
+inline network_config parse_network(std::string_view opt, std::string_view spec) {
+    for (const auto& p : network_presets)
+        if (p.name == spec) return {std::string(p.name), p.bandwidth_bits_per_s / 8.0, p.latency_s};
+    const std::size_t comma = spec.find(',');
+    if (comma == std::string_view::npos) {
+        std::string names;
+        for (const auto& p : network_presets) {
+            if (!names.empty()) names += '|';
+            names += p.name;
+        }
+        bad_value(opt, spec, "expected a preset (" + names + ") or BANDWIDTH,LATENCY such as 1Gbps,50ms");
+    }
+    static constexpr std::pair<std::string_view, double> rates[] = {
+        {"bps", 1.0}, {"Kbps", 1e3}, {"Mbps", 1e6}, {"Gbps", 1e9}};
+    static constexpr std::pair<std::string_view, double> times[] = {{"us", 1e-6}, {"ms", 1e-3}, {"s", 1.0}};
+    const double bits = parse_with_unit(opt, spec, spec.substr(0, comma), rates, "bandwidth");
+    const double latency = parse_with_unit(opt, spec, spec.substr(comma + 1), times, "latency");
+    if (!(bits > 0)) bad_value(opt, spec, "the bandwidth must be > 0");
+    if (!(latency >= 0)) bad_value(opt, spec, "the latency must be >= 0");
+    return {std::string(spec), bits / 8.0, latency};
+}
+
 } // namespace detail
 
 // Parses the arguments after the program name. Throws usage_error on any bad input.
 inline sim_config parse_cli(std::span<const std::string> args) {
     sim_config c;
     // Options whose effect depends on the strategies; checked once all are known.
-    std::vector<std::string> sparta_only, diloco_only, both_only;
+    std::vector<std::string> sparta_only, diloco_only, both_only, streaming_only;
     bool fraction_end_given = false, outer_lr_given = false, outer_momentum_given = false,
          block_size_given = false, outer_lr_schedule_given = false, outer_lr_end_given = false,
          island_size_given = false, codec_block_given = false;
@@ -331,6 +441,11 @@ inline sim_config parse_cli(std::span<const std::string> args) {
             c.quiet = true;
             continue;
         }
+        if (arg == "--overlap") {
+            if (c.sparta_overlap) throw usage_error("--overlap: given more than once");
+            c.sparta_overlap = true;
+            continue;
+        }
         if (arg.size() < 3 || arg.substr(0, 2) != "--")
             throw usage_error("unexpected argument '" + std::string(arg) + "' (options start with --; see --help)");
         std::string opt(arg);
@@ -338,7 +453,7 @@ inline sim_config parse_cli(std::span<const std::string> args) {
         if (const auto eq = opt.find('='); eq != std::string::npos) {
             value = opt.substr(eq + 1);
             opt.resize(eq);
-            if (opt == "--quiet" || opt == "--help") throw usage_error(opt + ": takes no value");
+            if (opt == "--quiet" || opt == "--help" || opt == "--overlap") throw usage_error(opt + ": takes no value");
         }
         static constexpr std::string_view known[] = {
             "--strategy", "--workers", "--steps", "--eval-every", "--seed", "--batch", "--lr", "--warmup",
@@ -347,7 +462,8 @@ inline sim_config parse_cli(std::span<const std::string> args) {
             "--fraction-schedule", "--fraction-end", "--outer-interval", "--outer", "--outer-lr",
             "--outer-momentum", "--outer-lr-schedule", "--outer-lr-end", "--drop-prob", "--prune", "--topology",
             "--island-size", "--csv", "--codec", "--outer-codec", "--codec-block", "--error-feedback", "--outer-topk",
-            "--model", "--d-model", "--heads", "--lr-schedule", "--clip", "--threads"};
+            "--model", "--d-model", "--heads", "--lr-schedule", "--clip", "--threads", "--fragments",
+            "--overlap-steps", "--mix", "--network", "--step-time"};
         bool is_known = false;
         for (auto k : known) is_known = is_known || k == opt;
         if (!is_known) throw usage_error("unknown option '" + opt + "' (see --help)");
@@ -523,6 +639,33 @@ inline sim_config parse_cli(std::span<const std::string> args) {
             if (!(x > 0 && x <= 1)) detail::bad_value(opt, v, "must be in (0, 1]");
             c.error_feedback = x;
             diloco_only.push_back(opt);
+        } else if (opt == "--fragments") {
+            c.fragments = detail::parse_int<int>(opt, v, 1, 1 << 16);
+            streaming_only.push_back(opt);
+        } else if (opt == "--overlap-steps") {
+            c.overlap_steps = detail::parse_int<int>(opt, v, 0, int_max);
+            streaming_only.push_back(opt);
+        } else if (opt == "--mix") {
+            const double x = detail::parse_double(opt, v);
+            if (!(x >= 0 && x <= 1)) detail::bad_value(opt, v, "must be in [0, 1]");
+            c.mix = x;
+            streaming_only.push_back(opt);
+        } else if (opt == "--network") {
+            std::size_t pos = 0;
+            while (true) {
+                const std::size_t plus = v.find('+', pos);
+                const std::string_view item = v.substr(pos, plus == std::string_view::npos ? v.npos : plus - pos);
+                network_config net = detail::parse_network(opt, item);
+                for (const auto& prev : c.networks)
+                    if (prev.label == net.label) detail::bad_value(opt, v, "lists '" + net.label + "' twice");
+                c.networks.push_back(std::move(net));
+                if (plus == std::string_view::npos) break;
+                pos = plus + 1;
+            }
+        } else if (opt == "--step-time") {
+            const double x = detail::parse_double(opt, v);
+            if (!(x > 0 && x <= 1e9)) detail::bad_value(opt, v, "must be a positive number of milliseconds");
+            c.step_time_s = x / 1000.0;
         } else if (opt == "--csv") {
             if (v.empty()) detail::bad_value(opt, v, "expected a file name");
             c.csv = std::string(v);
@@ -565,11 +708,30 @@ inline sim_config parse_cli(std::span<const std::string> args) {
         throw usage_error(sparta_only.front() + ": applies to sparta and sparta-diloco, but --strategy is " +
                           strategy_list());
     if (!any_diloco && !diloco_only.empty())
-        throw usage_error(diloco_only.front() + ": applies to diloco and sparta-diloco, but --strategy is " +
+        throw usage_error(diloco_only.front() + ": applies to diloco, sparta-diloco and streaming-diloco, but --strategy is " +
                           strategy_list());
     if (!any_sparta && !any_diloco && !both_only.empty())
         throw usage_error(both_only.front() + ": applies to sparta and diloco strategies, but --strategy is " +
                           strategy_list());
+    const bool any_streaming =
+        std::find(c.strategies.begin(), c.strategies.end(), strategy_kind::streaming_diloco) != c.strategies.end();
+    if (!any_streaming && !streaming_only.empty())
+        throw usage_error(streaming_only.front() + ": applies to streaming-diloco, but --strategy is " +
+                          strategy_list());
+    if (c.sparta_overlap && !any_sparta)
+        throw usage_error("--overlap: applies to sparta and sparta-diloco, but --strategy is " + strategy_list());
+    if (any_streaming) {
+        if (c.overlap_steps >= c.outer_interval)
+            throw usage_error("--overlap-steps: tau = " + std::to_string(c.overlap_steps) +
+                              " must be less than --outer-interval (H = " + std::to_string(c.outer_interval) +
+                              "): a fragment's average must land before its next outer step");
+        const int tensors = model_tensor_count(c.model);
+        if (c.fragments > tensors)
+            throw usage_error("--fragments: " + std::to_string(c.fragments) + " fragments, but the model has only " +
+                              std::to_string(tensors) + " tensors (fragments are cut at tensor boundaries)");
+    }
+    if (c.step_time_s > 0 && c.networks.empty())
+        throw usage_error("--step-time: applies to the network model; give --network too");
     if (block_size_given && c.sampler != sampler_kind::block)
         throw usage_error("--block-size: applies to --sampler block only");
     if (island_size_given && c.topology != topology_kind::islands)
@@ -585,10 +747,10 @@ inline sim_config parse_cli(std::span<const std::string> args) {
     };
     if (codec_block_given && !(any_sparta && blocked(c.codec)) && !(any_diloco && blocked(c.outer_codec)))
         throw usage_error("--codec-block: applies to the fp8-block, int8, int4 and sign2 codecs only");
-    if ((c.codec != codec_kind::fp32 || c.outer_codec != codec_kind::fp32 || c.topk_k > 0) &&
-        c.topology != topology_kind::all_reduce)
-        throw usage_error("--codec / --outer-codec / --outer-topk: compressed values are summed through --topology "
-                          "all-reduce, not " +
+    // Value codecs travel through every topology (trickle's encoded links); a sparsifier's
+    // chunks are summed only by the all-reduce.
+    if (c.topk_k > 0 && c.topology != topology_kind::all_reduce)
+        throw usage_error("--outer-topk: sparsified outer gradients are summed through --topology all-reduce only, not " +
                           std::string(name_of(c.topology)));
     if (c.error_feedback > 0 && c.outer_codec == codec_kind::fp32 && c.topk_k == 0)
         throw usage_error("--error-feedback: needs a lossy --outer-codec or --outer-topk (fp32 loses nothing to feed back)");

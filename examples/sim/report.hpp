@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iomanip>
+#include <limits>
 #include <ostream>
 #include <sstream>
 #include <string>
@@ -20,8 +21,26 @@
 
 namespace trickle_sim {
 
-inline constexpr const char* csv_header =
-    "strategy,step,eval_loss,eval_ppl,train_loss,correlation,bytes_sent_per_worker,reduction_vs_ddp,wall_s";
+inline constexpr const char* csv_header = "strategy,step,eval_loss,eval_ppl,train_loss,correlation,"
+                                          "bytes_sent_per_worker,reduction_vs_ddp,wall_s,peak_bytes,sim_wall_s";
+
+// The CSV column of a further --network: sim_wall_s_<preset>, or of BW,LAT sim_wall_s_BW_LAT.
+inline std::string network_column(const network_config& net) {
+    std::string s = "sim_wall_s_";
+    s += net.label;
+    std::replace(s.begin(), s.end(), ',', '_');
+    return s;
+}
+
+// The header: the fixed columns, sim_wall_s for the first network, a column for each other.
+inline std::string csv_header_for(const std::vector<network_config>& networks) {
+    std::string h = csv_header;
+    for (std::size_t k = 1; k < networks.size(); ++k) {
+        h += ',';
+        h += network_column(networks[k]);
+    }
+    return h;
+}
 
 namespace detail {
 // "inf" and "nan" as Python's float() and pandas read them.
@@ -39,7 +58,9 @@ inline std::string csv_line(const eval_row& r) {
     os << r.strategy << ',' << r.step << ',' << detail::number(r.eval_loss, 6) << ',' << detail::number(r.eval_ppl, 4)
        << ',' << detail::number(r.train_loss, 6) << ',' << detail::number(r.correlation, 6) << ','
        << r.bytes_sent_per_worker << ',' << detail::number(r.reduction_vs_ddp, 3) << ','
-       << detail::number(r.wall_s, 3);
+       << detail::number(r.wall_s, 3) << ',' << r.peak_bytes << ','
+       << detail::number(r.sim_wall_s.empty() ? std::numeric_limits<double>::quiet_NaN() : r.sim_wall_s[0], 4);
+    for (std::size_t k = 1; k < r.sim_wall_s.size(); ++k) os << ',' << detail::number(r.sim_wall_s[k], 4);
     return os.str();
 }
 
@@ -47,9 +68,10 @@ inline std::string csv_line(const eval_row& r) {
 // after each run, so an interrupted comparison keeps the runs that finished.
 class csv_writer {
 public:
-    explicit csv_writer(const std::string& path) : out_(path, std::ios::trunc) {
+    explicit csv_writer(const std::string& path, const std::vector<network_config>& networks = {})
+        : out_(path, std::ios::trunc) {
         if (!out_) throw usage_error("--csv: cannot open '" + path + "' for writing");
-        out_ << csv_header << '\n';
+        out_ << csv_header_for(networks) << '\n';
     }
     void write(const run_result& run) {
         for (const auto& r : run.rows) out_ << csv_line(r) << '\n';
@@ -99,6 +121,30 @@ inline void print_table(std::ostream& os, const std::vector<run_result>& runs) {
            << std::setw(11) << detail::number(r.train_loss, 4) << std::setw(8) << detail::number(r.correlation, 3)
            << std::setw(13) << human_bytes(r.bytes_sent_per_worker) << std::setw(12)
            << human_reduction(r.reduction_vs_ddp) << std::setw(8) << detail::number(r.wall_s, 1) << '\n';
+    }
+}
+
+// The network model's table: each strategy's modelled wall time on each --network at its
+// last evaluation, with the compute part and the communication it could not hide.
+inline void print_network_table(std::ostream& os, const std::vector<run_result>& runs,
+                                const std::vector<network_config>& networks) {
+    if (networks.empty()) return;
+    os << "\nmodelled wall time (network model, docs/simulator.md): compute + communication not hidden, seconds\n";
+    os << std::left << std::setw(18) << "strategy" << std::right << std::setw(14) << "compute/step" << std::setw(11)
+       << "peak op";
+    for (const auto& net : networks) os << std::setw(std::max<int>(14, static_cast<int>(net.label.size()) + 2)) << net.label;
+    os << '\n';
+    for (const auto& run : runs) {
+        if (run.rows.empty()) continue;
+        const eval_row& r = run.rows.back();
+        std::ostringstream per_step;
+        per_step << detail::number(r.step_compute_s * 1e3, 3) << " ms";
+        os << std::left << std::setw(18) << r.strategy << std::right << std::setw(14) << per_step.str() << std::setw(11)
+           << human_bytes(r.peak_bytes);
+        for (std::size_t k = 0; k < networks.size(); ++k)
+            os << std::setw(std::max<int>(14, static_cast<int>(networks[k].label.size()) + 2))
+               << detail::number(r.sim_wall_s[k], 2);
+        os << '\n';
     }
 }
 

@@ -1,12 +1,14 @@
 # examples/sim/sim_library.cmake: the trickle_sim library (the simulator's trainer), shared by trickle-sim and tests/sim.
 # Included from both directories; whichever comes first defines the target. The trainer is
-# headers; the three strategies_*.cpp hold the instantiations of trickle's algorithms for
+# headers; the strategies_*.cpp hold the instantiations of trickle's algorithms for
 # every policy combination, compiled once here rather than in every includer.
 if(NOT TARGET trickle_sim)
     add_library(trickle_sim STATIC
         ${CMAKE_CURRENT_LIST_DIR}/strategies_sparta.cpp
         ${CMAKE_CURRENT_LIST_DIR}/strategies_diloco.cpp
-        ${CMAKE_CURRENT_LIST_DIR}/strategies_sparta_diloco.cpp)
+        ${CMAKE_CURRENT_LIST_DIR}/strategies_sparta_diloco.cpp
+        ${CMAKE_CURRENT_LIST_DIR}/strategies_overlap.cpp
+        ${CMAKE_CURRENT_LIST_DIR}/strategies_sparta_diloco_overlap.cpp)
     target_include_directories(trickle_sim PUBLIC ${CMAKE_CURRENT_LIST_DIR})
     target_link_libraries(trickle_sim PUBLIC trickle)
     target_compile_options(trickle_sim PRIVATE -Wall -Wextra -Wpedantic -Werror)

@@ -15,7 +15,18 @@
 #include <utility>
 #include <variant>
 
+#include <trickle/comm/async.hpp>
+
 namespace trickle_sim {
+
+// What a worker's exchanges have sent so far, for the network model (network.hpp): the
+// completed operations and their bytes, split into those that ran behind compute
+// (overlapped) and those the worker waited for (blocking).
+struct traffic_split {
+    std::uint64_t blocking_ops = 0, blocking_bytes = 0;
+    std::uint64_t hidden_ops = 0, hidden_bytes = 0;
+    bool operator==(const traffic_split&) const = default;
+};
 
 class exchanger {
 public:
@@ -24,8 +35,21 @@ public:
     virtual void reduce_gradients(float* /*grads*/, std::size_t /*n*/) {}
     // After the optimizer step: may exchange parameters.
     virtual void after_step() {}
+    // After the last step: lands an exchange still waiting to be applied (overlapped SPARTA).
+    virtual void finish() {}
     // Bytes this worker has sent for training so far.
     virtual std::uint64_t bytes_sent() const = 0;
+    // The completed operations so far, blocking and overlapped.
+    virtual traffic_split traffic() const = 0;
+    // The most bytes this worker sent in one operation (an outer step, a fragment's outer
+    // step, a SPARTA exchange, a ddp all-reduce).
+    virtual std::uint64_t peak_bytes() const = 0;
+    // Inner steps of compute an overlapped operation runs behind (0: none overlap).
+    virtual int hide_steps() const { return 0; }
+    // A barrier among the workers (the evaluations' meeting points; it sends nothing). An
+    // exchanger over comm::async meets through the wrapper, behind its operations in
+    // flight: the wrapped communicator must not be called beside them.
+    virtual void barrier(trickle::comm::local& comm) { comm.barrier(); }
 };
 
 // Fully synchronous data parallelism: the mean gradient over workers, every step.
@@ -34,36 +58,114 @@ public:
     explicit ddp_exchanger(trickle::comm::local& comm) : comm_(comm), start_(comm.traffic()) {}
 
     void reduce_gradients(float* grads, std::size_t n) override {
+        const std::uint64_t before = comm_.traffic().bytes_sent;
         comm_.all_reduce_sum(grads, n);
+        peak_ = std::max(peak_, comm_.traffic().bytes_sent - before);
+        ++reductions_;
         const float inv = 1.0f / static_cast<float>(comm_.size());
         for (std::size_t i = 0; i < n; ++i) grads[i] *= inv;
     }
     std::uint64_t bytes_sent() const override { return (comm_.traffic() - start_).bytes_sent; }
+    traffic_split traffic() const override { return {.blocking_ops = reductions_, .blocking_bytes = bytes_sent()}; }
+    std::uint64_t peak_bytes() const override { return peak_; }
 
 private:
     trickle::comm::local& comm_;
     trickle::traffic_counters start_;
+    std::uint64_t reductions_ = 0, peak_ = 0;
 };
 
 // Independent replicas: nothing is ever sent.
 class none_exchanger final : public exchanger {
 public:
     std::uint64_t bytes_sent() const override { return 0; }
+    traffic_split traffic() const override { return {}; }
+    std::uint64_t peak_bytes() const override { return 0; }
 };
+
+// How an algorithm's exchanges count in the network model: `hide_steps` > 0 when trickle
+// really runs them behind compute (over comm::async, fp32 through the all-reduce: the
+// cases in which the library starts the operation instead of blocking on it).
+struct overlap_plan {
+    int hide_steps = 0;
+};
+
+namespace detail {
+inline void tally(const trickle::exchange_stats& s, bool hidden, traffic_split& out) {
+    (hidden ? out.hidden_ops : out.blocking_ops) += s.exchanges;
+    (hidden ? out.hidden_bytes : out.blocking_bytes) += s.total.bytes_sent;
+}
+} // namespace detail
 
 // One of trickle's algorithm objects, stepped after every optimizer step.
 template <class Algorithm>
-class algorithm_exchanger final : public exchanger {
+class algorithm_exchanger : public exchanger {
 public:
     template <class... Args>
-    explicit algorithm_exchanger(Args&&... args) : algorithm_(std::forward<Args>(args)...) {}
+    explicit algorithm_exchanger(overlap_plan plan, Args&&... args)
+        : plan_(plan), algorithm_(std::forward<Args>(args)...) {}
 
-    void after_step() override { algorithm_.step(trickle::exec::host{}); }
+    void after_step() override {
+        algorithm_.step(trickle::exec::host{});
+        note_peak();
+    }
+    void finish() override {
+        algorithm_.flush();
+        note_peak();
+    }
     std::uint64_t bytes_sent() const override { return algorithm_.stats().total.bytes_sent; }
+    std::uint64_t peak_bytes() const override { return peak_; }
+    int hide_steps() const override { return plan_.hide_steps; }
+    traffic_split traffic() const override {
+        traffic_split t;
+        if constexpr (requires { algorithm_.sparse_stats(); }) {
+            // sparta_diloco: the SPARTA part may overlap, the outer steps block.
+            detail::tally(algorithm_.sparse_stats(), plan_.hide_steps > 0, t);
+            detail::tally(algorithm_.outer_stats(), false, t);
+        } else {
+            detail::tally(algorithm_.stats(), plan_.hide_steps > 0, t);
+        }
+        return t;
+    }
     const trickle::exchange_stats& stats() const { return algorithm_.stats(); }
 
 private:
+    // stats().last is the latest completed operation; looked at after every step.
+    void note_peak() {
+        if constexpr (requires { algorithm_.sparse_stats(); }) {
+            see(algorithm_.sparse_stats());
+            see(algorithm_.outer_stats());
+        } else {
+            see(algorithm_.stats());
+        }
+    }
+    void see(const trickle::exchange_stats& s) { peak_ = std::max(peak_, s.last.bytes_sent); }
+
+    overlap_plan plan_;
     Algorithm algorithm_;
+    std::uint64_t peak_ = 0;
+};
+
+// The wrapper the overlapping strategies talk through: comm::async runs their operations
+// on a progress thread of its own. Held in a base class so that it is built before the
+// algorithm and destroyed after it.
+struct async_comm_holder {
+    explicit async_comm_holder(trickle::comm::local& comm) : async_comm(comm) {}
+    trickle::comm::async<trickle::comm::local> async_comm;
+};
+
+using async_local = trickle::comm::async<trickle::comm::local>;
+
+// An algorithm over comm::async<comm::local> (SPARTA with --overlap, streaming DiLoCo with
+// tau > 0): the same bits as over comm::local, with the exchange running behind compute.
+template <class Algorithm>
+class async_algorithm_exchanger final : private async_comm_holder, public algorithm_exchanger<Algorithm> {
+public:
+    template <class Build>
+    async_algorithm_exchanger(trickle::comm::local& comm, overlap_plan plan, const Build& build)
+        : async_comm_holder(comm), algorithm_exchanger<Algorithm>(plan, build(async_comm)) {}
+
+    void barrier(trickle::comm::local& /*comm*/) override { async_comm.barrier(); }
 };
 
 // The runtime choices, as the policy objects trickle takes at compile time.
@@ -135,7 +237,26 @@ inline outer_wire_choice make_outer_wire(const sim_config& c) {
 }
 
 inline trickle::sparta_options make_sparta_options(const sim_config& c) {
-    return {.fraction = c.fraction, .interval = static_cast<std::uint64_t>(c.interval), .seed = c.seed};
+    return {.fraction = c.fraction,
+            .interval = static_cast<std::uint64_t>(c.interval),
+            .seed = c.seed,
+            .overlap = c.sparta_overlap};
+}
+
+// Whether trickle runs SPARTA's exchange behind the next step: --overlap over comm::async
+// with fp32 values through the all-reduce (otherwise the library exchanges at once and only
+// applies the result later, which gives the same bits but hides nothing).
+inline overlap_plan sparta_overlap_plan(const sim_config& c) {
+    const bool hidden = c.sparta_overlap && c.codec == codec_kind::fp32 && c.topology == topology_kind::all_reduce;
+    return {.hide_steps = hidden ? 1 : 0};
+}
+
+// Whether trickle runs a streaming DiLoCo fragment's exchange behind the next tau steps:
+// tau > 0 over comm::async with fp32 outer gradients (no top-k) through the all-reduce.
+inline overlap_plan streaming_overlap_plan(const sim_config& c) {
+    const bool hidden = c.overlap_steps > 0 && c.outer_codec == codec_kind::fp32 && c.topk_k == 0 &&
+                        c.topology == topology_kind::all_reduce;
+    return {.hide_steps = hidden ? c.overlap_steps : 0};
 }
 
 // The outer learning-rate schedule, chosen at run time (trickle::schedule::any), so that
@@ -190,16 +311,35 @@ inline trickle::diloco_options make_diloco_options(const sim_config& c, float we
             .broadcast_initial = false};
 }
 
+// Streaming DiLoCo: DiLoCo's options with --fragments, --overlap-steps and --mix.
+inline trickle::diloco_options make_streaming_options(const sim_config& c, float weight) {
+    trickle::diloco_options o = make_diloco_options(c, weight);
+    o.fragments = static_cast<std::uint64_t>(c.fragments);
+    o.overlap_steps = static_cast<std::uint64_t>(c.overlap_steps);
+    o.mix = c.mix;
+    return o;
+}
+
 // The factories for trickle's algorithms, one translation unit each (strategies_*.cpp):
 // every combination of policies is a separate instantiation, and keeping them out of the
 // headers means they are compiled once, in parallel, instead of in every file that
-// includes the trainer.
+// includes the trainer. The bodies are in strategies_impl.hpp; the *_async factories
+// build the same algorithms over comm::async<comm::local> (SPARTA with --overlap, streaming
+// DiLoCo with tau > 0), so that their exchanges really run on a progress thread.
 std::unique_ptr<exchanger> make_sparta_exchanger(const sim_config& c, const trickle::param_group<float>& group,
                                                  trickle::comm::local& comm);
 std::unique_ptr<exchanger> make_diloco_exchanger(const sim_config& c, const trickle::param_group<float>& group,
-                                                 trickle::comm::local& comm, float weight);
+                                                 trickle::comm::local& comm, const trickle::diloco_options& options);
 std::unique_ptr<exchanger> make_sparta_diloco_exchanger(const sim_config& c, const trickle::param_group<float>& group,
                                                         trickle::comm::local& comm, float weight);
+std::unique_ptr<exchanger> make_sparta_exchanger_async(const sim_config& c, const trickle::param_group<float>& group,
+                                                       trickle::comm::local& comm);
+std::unique_ptr<exchanger> make_diloco_exchanger_async(const sim_config& c, const trickle::param_group<float>& group,
+                                                       trickle::comm::local& comm,
+                                                       const trickle::diloco_options& options);
+std::unique_ptr<exchanger> make_sparta_diloco_exchanger_async(const sim_config& c,
+                                                              const trickle::param_group<float>& group,
+                                                              trickle::comm::local& comm, float weight);
 
 // Collective (trickle's algorithms check at construction that all workers agree): every
 // worker calls it at once with the same configuration (the weight aside).
@@ -209,9 +349,15 @@ inline std::unique_ptr<exchanger> make_exchanger(strategy_kind kind, const sim_c
     switch (kind) {
     case strategy_kind::ddp: return std::make_unique<ddp_exchanger>(comm);
     case strategy_kind::none: return std::make_unique<none_exchanger>();
-    case strategy_kind::sparta: return make_sparta_exchanger(c, group, comm);
-    case strategy_kind::diloco: return make_diloco_exchanger(c, group, comm, weight);
-    case strategy_kind::sparta_diloco: return make_sparta_diloco_exchanger(c, group, comm, weight);
+    case strategy_kind::sparta:
+        return c.sparta_overlap ? make_sparta_exchanger_async(c, group, comm) : make_sparta_exchanger(c, group, comm);
+    case strategy_kind::diloco: return make_diloco_exchanger(c, group, comm, make_diloco_options(c, weight));
+    case strategy_kind::streaming_diloco:
+        return c.overlap_steps > 0 ? make_diloco_exchanger_async(c, group, comm, make_streaming_options(c, weight))
+                                   : make_diloco_exchanger(c, group, comm, make_streaming_options(c, weight));
+    case strategy_kind::sparta_diloco:
+        return c.sparta_overlap ? make_sparta_diloco_exchanger_async(c, group, comm, weight)
+                                : make_sparta_diloco_exchanger(c, group, comm, weight);
     }
     throw usage_error("--strategy: unhandled value");
 }

@@ -9,6 +9,7 @@
 #include "corpus.hpp"
 #include "gpt.hpp"
 #include "model.hpp"
+#include "network.hpp"
 #include "options.hpp"
 #include "replicas.hpp"
 #include "rng.hpp"
@@ -22,7 +23,10 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
+
+#include <time.h>
 
 namespace trickle_sim {
 
@@ -37,6 +41,9 @@ struct eval_row {
     std::uint64_t bytes_sent_per_worker = 0; // the busiest worker's bytes so far, from trickle's counters
     double reduction_vs_ddp = 0;             // ddp's bytes for the same steps / bytes_sent_per_worker
     double wall_s = 0;                       // seconds since training started
+    std::uint64_t peak_bytes = 0;            // the most one worker sent in one operation so far
+    double step_compute_s = 0;               // the model's compute per step: --step-time or measured so far
+    std::vector<double> sim_wall_s;          // the modelled wall time on each --network (network.hpp)
 };
 
 struct run_result {
@@ -48,7 +55,19 @@ struct run_result {
     std::uint64_t ddp_bytes_per_step = 0;      // the dense gradient all-reduce, busiest worker
     std::size_t parameters = 0;
     double wall_s = 0;
+    std::vector<std::vector<step_traffic>> traffic; // each worker's completed operations, step by step
+    traffic_shape shape{};                          // how they count in the network model
 };
+
+// The compute-time clock of one worker: the CPU time of its own thread, which a shared
+// or oversubscribed machine does not inflate; the GPT's OpenMP threads (--threads > 1) do
+// work on other threads, so there the wall clock.
+inline double compute_clock(bool wall) {
+    if (wall) return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+    timespec ts{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
 
 // Told about every step of rank 0, from rank 0's thread.
 class step_observer {
@@ -78,6 +97,15 @@ inline int targets_per_example(const model_config& m) { return m.kind == model_k
 // What trickle-sim trains: the model of --model, and a workspace for one worker.
 inline std::size_t parameter_count(const model_config& m, int vocab) {
     return m.kind == model_kind::gpt ? gpt(m, vocab).size() : mlp(m, vocab).size();
+}
+
+// The compute per inner step the network model uses: --step-time, or the workers' measured
+// compute over their first t steps (mean over workers).
+inline double step_compute_seconds(const sim_config& cfg, const std::vector<double>& compute_per_worker, int t) {
+    if (cfg.step_time_s > 0) return cfg.step_time_s;
+    double s = 0;
+    for (double c : compute_per_worker) s += c;
+    return s / (static_cast<double>(compute_per_worker.size()) * t);
 }
 
 namespace detail {
@@ -111,7 +139,13 @@ run_result run_strategy_with(const Model& model, const sim_config& cfg, const da
     std::vector<float> origin(n), average(n);
     model.init(origin, cfg.seed);
     std::vector<double> eval_part(W), corr_part(W), train_part(W);
-    std::vector<std::uint64_t> bytes_part(W);
+    std::vector<std::uint64_t> bytes_part(W), peak_part(W);
+    std::vector<double> compute_part(W);
+    std::vector<std::vector<double>> exposed_part(cfg.networks.size(), std::vector<double>(W));
+    result.traffic.resize(W);
+    result.shape.rounds = kind == strategy_kind::ddp ? exchange_rounds(topology_kind::all_reduce, N, 0)
+                                                     : exchange_rounds(cfg.topology, N, cfg.island_size);
+    const bool wall_clock = cfg.model.kind == model_kind::gpt && cfg.threads > 1;
     const auto pairs = replica_pairs(N);
     const std::size_t M = data.eval_positions.size();
     // Held-out targets: M examples of targets_per_example each.
@@ -136,29 +170,66 @@ run_result run_strategy_with(const Model& model, const sim_config& cfg, const da
         std::vector<std::uint32_t> batch(static_cast<std::size_t>(cfg.batch));
         double loss_sum = 0;
         int loss_count = 0;
+        double compute_s = 0;          // this worker's measured compute (forward, backward, optimizer)
+        traffic_split seen{};          // its exchanges' traffic up to the previous step
+        std::vector<step_traffic>& log = result.traffic[R];
+        if (r == 0) result.shape.hide_steps = ex->hide_steps();
+        // Records what completed since the previous call; `blocking`: count all of it as
+        // blocking (the final flush, which has no compute left to run behind).
+        auto note_traffic = [&](int t, bool blocking) {
+            const traffic_split now = ex->traffic();
+            if (now == seen) return;
+            step_traffic e{.step = t,
+                           .blocking_ops = now.blocking_ops - seen.blocking_ops,
+                           .blocking_bytes = now.blocking_bytes - seen.blocking_bytes,
+                           .hidden_ops = now.hidden_ops - seen.hidden_ops,
+                           .hidden_bytes = now.hidden_bytes - seen.hidden_bytes};
+            if (blocking) {
+                e.blocking_ops += std::exchange(e.hidden_ops, 0);
+                e.blocking_bytes += std::exchange(e.hidden_bytes, 0);
+            }
+            log.push_back(e);
+            seen = now;
+        };
 
-        comm.barrier();
+        ex->barrier(comm);
         if (r == 0) start = std::chrono::steady_clock::now();
         for (int t = 1; t <= cfg.steps; ++t) {
             for (auto& p : batch) p = shard[batches.below(shard.size())];
+            double c0 = compute_clock(wall_clock);
             const float loss = ws.train_step(params.data(), grads.data(), data.tokens.data(), batch.data(), cfg.batch);
+            compute_s += compute_clock(wall_clock) - c0;
             ex->reduce_gradients(grads.data(), n);
+            c0 = compute_clock(wall_clock);
             if (cfg.clip > 0) clip_global_norm(grads.data(), n, cfg.clip);
             opt.step(params.data(), grads.data(), learning_rate(cfg, t));
+            compute_s += compute_clock(wall_clock) - c0;
             ex->after_step();
+            note_traffic(t, false);
+            if (t == cfg.steps) {
+                ex->finish();
+                note_traffic(t, true);
+            }
             loss_sum += loss;
             ++loss_count;
             if (r == 0 && observer != nullptr) observer->on_step(t, loss);
             if (t % cfg.eval_every != 0 && t != cfg.steps) continue;
 
             // Evaluation. Barrier 1: every replica is at step t.
-            comm.barrier();
+            ex->barrier(comm);
             train_part[R] = loss_sum / loss_count;
             bytes_part[R] = ex->bytes_sent();
+            peak_part[R] = ex->peak_bytes();
+            compute_part[R] = compute_s;
             loss_sum = 0;
             loss_count = 0;
             average_slice(replicas, average.data(), R * n / W, (R + 1) * n / W);
-            comm.barrier(); // 2: the averaged model is complete
+            ex->barrier(comm); // 2: the averaged model is complete, every compute_part written
+            // The network model: this worker's exposed communication on each network,
+            // with the compute per step the model uses (given, or measured so far).
+            const double step_compute = step_compute_seconds(cfg, compute_part, t);
+            for (std::size_t k = 0; k < cfg.networks.size(); ++k)
+                exposed_part[k][R] = exposed_total(log, t, result.shape, cfg.networks[k], step_compute);
             const std::size_t b = R * M / W, e = (R + 1) * M / W;
             eval_part[R] = ws.loss_sum(average.data(), data.tokens.data(), data.eval_positions.data() + b, e - b);
             double corr = 0;
@@ -166,7 +237,7 @@ run_result run_strategy_with(const Model& model, const sim_config& cfg, const da
                 corr += change_correlation(replicas[static_cast<std::size_t>(pairs[q].first)],
                                            replicas[static_cast<std::size_t>(pairs[q].second)], origin.data(), n);
             corr_part[R] = corr;
-            comm.barrier(); // 3: every part is written and nobody reads the replicas any more
+            ex->barrier(comm); // 3: every part is written and nobody reads the replicas any more
             if (r != 0) continue;
             eval_row row;
             row.strategy = std::string(name_of(kind));
@@ -177,7 +248,10 @@ run_result run_strategy_with(const Model& model, const sim_config& cfg, const da
                 train += train_part[w];
                 corr_sum += corr_part[w];
                 row.bytes_sent_per_worker = std::max(row.bytes_sent_per_worker, bytes_part[w]);
+                row.peak_bytes = std::max(row.peak_bytes, peak_part[w]);
             }
+            row.step_compute_s = step_compute_seconds(cfg, compute_part, t);
+            for (const auto& exposed : exposed_part) row.sim_wall_s.push_back(modelled_wall(t, row.step_compute_s, exposed));
             row.eval_loss = eval_sum / eval_targets;
             row.eval_ppl = std::exp(row.eval_loss);
             row.train_loss = train / static_cast<double>(W);
