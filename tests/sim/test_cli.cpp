@@ -1,5 +1,7 @@
 // tests/sim/test_cli.cpp: trickle-sim's command line: every option parses, every bad input is a clear error (exit 2).
 #include "app.hpp"
+#include "gpt.hpp"
+#include "model.hpp"
 #include "options.hpp"
 #include "sim_test_support.hpp"
 
@@ -203,7 +205,7 @@ TEST_CASE("cli: bad input is an error that names the option") {
         {{"--Workers", "2"}, "unknown option '--Workers'"},
         {{"-w", "2"}, "unexpected argument '-w'"},
         {{"stray"}, "unexpected argument 'stray'"},
-        {{"--strategy", "allreduce"}, "--strategy: expected one of ddp|none|sparta|diloco|sparta-diloco, got 'allreduce'"},
+        {{"--strategy", "allreduce"}, "--strategy: expected one of ddp|none|sparta|diloco|sparta-diloco|streaming-diloco, got 'allreduce'"},
         {{"--strategy", "ddp,,none"}, "--strategy: expected one of"},
         {{"--strategy", "ddp,"}, "--strategy: expected one of"},
         {{"--strategy", ""}, "--strategy"},
@@ -222,14 +224,15 @@ TEST_CASE("cli: bad input is an error that names the option") {
         {{"--workers", "2", "--workers", "3"}, "--workers: given more than once"},
         {{"--strategy", "sparta", "--codec", "int3"}, "--codec: expected one of fp32|bf16|fp16|fp8-e4m3|fp8-e5m2|fp8-block|int8|int4|sign2, got 'int3'"},
         {{"--strategy", "diloco", "--codec", "bf16"}, "--codec: applies to sparta and sparta-diloco"},
-        {{"--strategy", "sparta", "--outer-codec", "int8"}, "--outer-codec: applies to diloco and sparta-diloco"},
+        {{"--strategy", "sparta", "--outer-codec", "int8"}, "--outer-codec: applies to diloco, sparta-diloco and streaming-diloco"},
         {{"--strategy", "diloco", "--outer-codec", "bf16", "--codec-block", "32"}, "--codec-block: applies to the fp8-block, int8, int4 and sign2 codecs only"},
         {{"--strategy", "diloco", "--outer-codec", "int8", "--codec-block", "0"}, "--codec-block: must be in [1, "},
-        {{"--strategy", "diloco", "--outer-codec", "int8", "--topology", "ring"}, "compressed values are summed through --topology all-reduce, not ring"},
+        {{"--strategy", "diloco", "--outer-topk", "64:4", "--topology", "ring"}, "--outer-topk: sparsified outer gradients are summed through --topology all-reduce only, not ring"},
+        {{"--strategy", "sparta-diloco", "--outer-topk", "64:4", "--topology", "gossip"}, "--outer-topk: sparsified outer gradients are summed through --topology all-reduce only, not gossip"},
         {{"--strategy", "diloco", "--error-feedback", "0.9"}, "--error-feedback: needs a lossy --outer-codec"},
         {{"--strategy", "diloco", "--outer-topk", "64"}, "--outer-topk: expected C:K, got '64'"},
         {{"--strategy", "diloco", "--outer-topk", "8:9"}, "--outer-topk: K must be at most C, got '8:9'"},
-        {{"--strategy", "sparta", "--outer-topk", "64:4"}, "--outer-topk: applies to diloco and sparta-diloco"},
+        {{"--strategy", "sparta", "--outer-topk", "64:4"}, "--outer-topk: applies to diloco, sparta-diloco and streaming-diloco"},
         {{"--strategy", "diloco", "--outer-codec", "sign2", "--error-feedback", "1.5"}, "--error-feedback: must be in (0, 1], got '1.5'"},
         {{"--quiet=yes"}, "--quiet: takes no value"},
         {{"--steps", "0"}, "--steps: must be in"},
@@ -264,7 +267,7 @@ TEST_CASE("cli: bad input is an error that names the option") {
         {{"--strategy", "diloco", "--outer-lr-schedule", "linear", "--outer-lr-end", "1.5"}, "--outer-lr-end: must be in (0, 1]"},
         {{"--strategy", "diloco", "--outer", "average", "--outer-lr-schedule", "cosine", "--outer-lr-end", "0.5"},
          "--outer-lr-schedule: --outer average has no learning rate"},
-        {{"--strategy", "sparta", "--outer-lr-schedule", "cosine"}, "--outer-lr-schedule: applies to diloco and sparta-diloco"},
+        {{"--strategy", "sparta", "--outer-lr-schedule", "cosine"}, "--outer-lr-schedule: applies to diloco, sparta-diloco and streaming-diloco"},
         {{"--strategy", "diloco", "--drop-prob", "1"}, "--drop-prob: must be in [0, 1)"},
         {{"--strategy", "diloco", "--prune", "-0.5"}, "--prune: must be in [0, 1)"},
         {{"--strategy", "diloco", "--topology", "star"}, "--topology: expected one of all-reduce|ring|gossip|exponential|islands"},
@@ -278,7 +281,7 @@ TEST_CASE("cli: bad input is an error that names the option") {
         {{"--strategy", "sparta", "--topology", "gossip", "--island-size", "2"}, "--island-size: applies to --topology islands only"},
         // Options that would have no effect are refused, not ignored.
         {{"--strategy", "ddp,none", "--fraction", "0.1"}, "--fraction: applies to sparta and sparta-diloco, but --strategy is ddp,none"},
-        {{"--strategy", "sparta", "--outer-interval", "10"}, "--outer-interval: applies to diloco and sparta-diloco, but --strategy is sparta"},
+        {{"--strategy", "sparta", "--outer-interval", "10"}, "--outer-interval: applies to diloco, sparta-diloco and streaming-diloco, but --strategy is sparta"},
         {{"--strategy", "ddp", "--topology", "ring"}, "--topology: applies to sparta and diloco strategies"},
         // --model gpt and its sizes.
         {{"--model", "transformer"}, "--model: expected one of mlp|gpt, got 'transformer'"},
@@ -384,7 +387,124 @@ TEST_CASE("cli: --help documents every option and exits 0") {
                             "--outer-lr", "--outer-momentum", "--outer-lr-schedule", "--outer-lr-end", "--drop-prob",
                             "--prune", "--topology", "--island-size", "--csv", "--codec", "--outer-codec",
                             "--codec-block", "--error-feedback", "--outer-topk", "--model", "--d-model", "--heads",
-                            "--lr-schedule", "--clip", "--threads", "--quiet", "--help"})
+                            "--lr-schedule", "--clip", "--threads", "--quiet", "--help", "--fragments",
+                            "--overlap-steps", "--mix", "--overlap", "--network", "--step-time", "streaming-diloco",
+                            "datacenter", "cross-region", "internet"})
         CHECK_MESSAGE(r.out.find(opt) != std::string::npos, opt);
-    CHECK(r.out.find("correlation,bytes_sent_per_worker,reduction_vs_ddp,wall_s") != std::string::npos);
+    CHECK(r.out.find("correlation,bytes_sent_per_worker,reduction_vs_ddp,wall_s,peak_bytes,") != std::string::npos);
+}
+
+TEST_CASE("cli: streaming-diloco and --overlap parse, with their defaults") {
+    sim_config c = parse({"--strategy", "streaming-diloco"});
+    CHECK(c.strategies == std::vector<strategy_kind>{strategy_kind::streaming_diloco});
+    CHECK(c.fragments == 4);
+    CHECK(c.overlap_steps == 1);
+    CHECK(c.mix == 0.0);
+    CHECK(!c.sparta_overlap);
+    c = parse({"--strategy", "diloco,streaming-diloco", "--fragments", "2", "--overlap-steps", "5", "--mix", "0.5",
+               "--outer-interval", "50", "--outer-codec", "bf16"});
+    CHECK(c.fragments == 2);
+    CHECK(c.overlap_steps == 5);
+    CHECK(c.mix == 0.5);
+    CHECK(c.outer_interval == 50);
+    c = parse({"--strategy", "streaming-diloco", "--fragments", "7", "--overlap-steps", "99", "--mix", "1"});
+    CHECK(c.fragments == 7); // the default MLP's 7 tensors
+    CHECK(c.overlap_steps == 99);
+    c = parse({"--strategy", "sparta,sparta-diloco", "--overlap"});
+    CHECK(c.sparta_overlap);
+    // Value codecs with every topology.
+    for (const char* top : {"all-reduce", "ring", "gossip", "exponential", "islands"}) {
+        CAPTURE(top);
+        CHECK(error_of({"--strategy", "sparta-diloco", "--codec", "int8", "--outer-codec", "int4", "--topology", top})
+                  .empty());
+    }
+}
+
+TEST_CASE("cli: the tensor count --fragments is checked against is the models' own") {
+    for (int layers : {1, 2, 3, 8}) {
+        model_config m;
+        m.layers = layers;
+        CHECK(model_tensor_count(m) == static_cast<int>(mlp(m, 50).tensors().size()));
+        m.kind = model_kind::gpt;
+        CHECK(model_tensor_count(m) == static_cast<int>(gpt(m, 50).tensors().size()));
+    }
+}
+
+TEST_CASE("cli: --network reads presets, BW,LAT in every unit, and several joined by '+'") {
+    sim_config c = parse({"--network", "datacenter"});
+    REQUIRE(c.networks.size() == 1);
+    CHECK(c.networks[0].label == "datacenter");
+    CHECK(c.networks[0].bandwidth_bytes_per_s == 100e9 / 8);
+    CHECK(c.networks[0].latency_s == 10e-6);
+    c = parse({"--network", "cross-region+internet"});
+    REQUIRE(c.networks.size() == 2);
+    CHECK(c.networks[0].bandwidth_bytes_per_s == 10e9 / 8);
+    CHECK(c.networks[0].latency_s == 30e-3);
+    CHECK(c.networks[1].label == "internet");
+    CHECK(c.networks[1].bandwidth_bytes_per_s == 1e9 / 8);
+    CHECK(c.networks[1].latency_s == 50e-3);
+    struct unit_case {
+        const char* spec;
+        double bytes_per_s, latency_s;
+    };
+    const unit_case units[] = {{"1Gbps,50ms", 1e9 / 8, 50e-3}, {"800bps,1s", 100, 1.0},
+                               {"2.5Kbps,250us", 2500.0 / 8, 250e-6}, {"40Mbps,0.5ms", 40e6 / 8, 0.5e-3},
+                               {"10Gbps,0s", 10e9 / 8, 0.0}};
+    for (const auto& u : units) {
+        CAPTURE(u.spec);
+        c = parse({"--network", u.spec});
+        REQUIRE(c.networks.size() == 1);
+        CHECK(c.networks[0].label == u.spec);
+        CHECK(c.networks[0].bandwidth_bytes_per_s == doctest::Approx(u.bytes_per_s).epsilon(1e-12));
+        CHECK(c.networks[0].latency_s == doctest::Approx(u.latency_s).epsilon(1e-12));
+    }
+    c = parse({"--network", "internet", "--step-time", "250"});
+    CHECK(c.step_time_s == doctest::Approx(0.25));
+}
+
+TEST_CASE("cli: bad streaming, overlap and network input exits 2 naming the option") {
+    struct bad {
+        std::initializer_list<std::string> args;
+        const char* must_contain;
+    };
+    const bad cases[] = {
+        {{"--strategy", "diloco", "--fragments", "2"}, "--fragments: applies to streaming-diloco, but --strategy is diloco"},
+        {{"--strategy", "sparta", "--overlap-steps", "2"}, "--overlap-steps: applies to streaming-diloco"},
+        {{"--strategy", "diloco", "--mix", "0.5"}, "--mix: applies to streaming-diloco"},
+        {{"--strategy", "diloco,streaming-diloco", "--overlap"}, "--overlap: applies to sparta and sparta-diloco, but --strategy is diloco,streaming-diloco"},
+        {{"--strategy", "sparta", "--overlap=1"}, "--overlap: takes no value"},
+        {{"--strategy", "sparta", "--overlap", "--overlap"}, "--overlap: given more than once"},
+        {{"--strategy", "streaming-diloco", "--overlap-steps", "100"}, "--overlap-steps: tau = 100 must be less than --outer-interval (H = 100)"},
+        {{"--strategy", "streaming-diloco", "--outer-interval", "5", "--overlap-steps", "7"}, "must be less than --outer-interval (H = 5)"},
+        {{"--strategy", "streaming-diloco", "--outer-interval", "1"}, "--overlap-steps: tau = 1 must be less than --outer-interval (H = 1)"},
+        {{"--strategy", "streaming-diloco", "--overlap-steps", "-1"}, "--overlap-steps: must be in [0, "},
+        {{"--strategy", "streaming-diloco", "--fragments", "8"}, "--fragments: 8 fragments, but the model has only 7 tensors"},
+        {{"--strategy", "streaming-diloco", "--layers", "1", "--fragments", "6"}, "the model has only 5 tensors"},
+        {{"--strategy", "streaming-diloco", "--fragments", "0"}, "--fragments: must be in [1, "},
+        {{"--strategy", "streaming-diloco", "--mix", "1.5"}, "--mix: must be in [0, 1], got '1.5'"},
+        {{"--strategy", "streaming-diloco", "--mix", "-0.1"}, "--mix: must be in [0, 1], got '-0.1'"},
+        {{"--network", "lan"}, "--network: expected a preset (datacenter|cross-region|internet) or BANDWIDTH,LATENCY such as 1Gbps,50ms, got 'lan'"},
+        {{"--network", "0Gbps,1ms"}, "--network: the bandwidth must be > 0, got '0Gbps,1ms'"},
+        {{"--network", "1GBps,1ms"}, "--network: unknown unit 'GBps' of the bandwidth (expected bps|Kbps|Mbps|Gbps), got '1GBps,1ms'"},
+        {{"--network", "1Gbps,1min"}, "--network: unknown unit 'min' of the latency (expected us|ms|s)"},
+        {{"--network", "1Gbps,50"}, "--network: unknown unit '' of the latency"},
+        {{"--network", "Gbps,50ms"}, "--network: expected bandwidth as a number and a unit"},
+        {{"--network", "-1Gbps,50ms"}, "--network: expected bandwidth as a number and a unit"},
+        {{"--network", "1Gbps,"}, "--network: expected latency as a number and a unit"},
+        {{"--network", "internet+"}, "--network: expected a preset"},
+        {{"--network", "internet+internet"}, "--network: lists 'internet' twice"},
+        {{"--network", "internet", "--network", "datacenter"}, "--network: given more than once"},
+        {{"--step-time", "100"}, "--step-time: applies to the network model; give --network too"},
+        {{"--network", "internet", "--step-time", "0"}, "--step-time: must be a positive number of milliseconds"},
+        {{"--network", "internet", "--step-time", "-5"}, "--step-time: must be a positive number of milliseconds"},
+    };
+    for (const auto& c : cases) {
+        CAPTURE(c.must_contain);
+        const std::string msg = error_of(c.args);
+        CHECK_MESSAGE(msg.find(c.must_contain) != std::string::npos, "got: ", msg);
+    }
+    const auto r = run({"--strategy", "streaming-diloco", "--network", "1Tbps,1ms"});
+    CHECK(r.code == 2);
+    CHECK(r.out.empty());
+    CHECK(r.err.find("--network: unknown unit 'Tbps'") != std::string::npos);
 }

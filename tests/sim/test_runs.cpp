@@ -8,6 +8,7 @@
 
 #include <trickle/trickle.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -55,7 +56,8 @@ TEST_CASE("runs: each strategy completes and the CSV has exactly the documented 
     std::ifstream in(csv.path());
     std::string line;
     REQUIRE(std::getline(in, line));
-    CHECK(line == "strategy,step,eval_loss,eval_ppl,train_loss,correlation,bytes_sent_per_worker,reduction_vs_ddp,wall_s");
+    CHECK(line == "strategy,step,eval_loss,eval_ppl,train_loss,correlation,bytes_sent_per_worker,reduction_vs_ddp,wall_s,"
+                  "peak_bytes,sim_wall_s");
     std::vector<std::vector<std::string>> rows;
     while (std::getline(in, line)) rows.push_back(split(line, ','));
     REQUIRE(rows.size() == 15); // steps 10, 20 and 25 for each of five strategies
@@ -63,7 +65,8 @@ TEST_CASE("runs: each strategy completes and the CSV has exactly the documented 
     const int steps[] = {10, 20, 25};
     for (std::size_t i = 0; i < rows.size(); ++i) {
         const auto& r = rows[i];
-        REQUIRE(r.size() == 9);
+        REQUIRE(r.size() == 11);
+        CHECK(r[10] == "nan"); // no --network
         CHECK(r[0] == names[i / 3]);
         CHECK(std::stoi(r[1]) == steps[i % 3]);
         const double loss = std::stod(r[2]), ppl = std::stod(r[3]);
@@ -405,4 +408,181 @@ TEST_CASE("runs: --model gpt runs diloco, sparta-diloco and the full command lin
     CHECK(err.str().empty());
     CHECK(out.str().find("model: gpt, context 8, layers 1, d_model 8, heads 2") != std::string::npos);
     CHECK(out.str().find("(cosine decay), gradient clip 1") != std::string::npos);
+}
+
+TEST_CASE("runs: streaming-diloco with one fragment and tau 0 is diloco, bit for bit") {
+    sim_config cfg = sim_test::tiny_config(3, 30);
+    cfg.outer_interval = 10;
+    cfg.fragments = 1;
+    cfg.overlap_steps = 0;
+    const dataset data = prepare_data(cfg);
+    const run_result plain = run_strategy(cfg, data, strategy_kind::diloco);
+    const run_result stream = run_strategy(cfg, data, strategy_kind::streaming_diloco);
+    for (std::size_t w = 0; w < 3; ++w) CHECK(bitwise_equal(plain.replicas[w], stream.replicas[w]));
+    CHECK(plain.bytes_sent == stream.bytes_sent);
+    CHECK(plain.rows.back().peak_bytes == stream.rows.back().peak_bytes);
+}
+
+TEST_CASE("runs: streaming-diloco over comm::async sends each fragment apart, so its peak op shrinks") {
+    sim_config cfg = sim_test::tiny_config(3, 30);
+    cfg.outer_interval = 10;
+    cfg.fragments = 3; // tiny_config's MLP has 5 tensors: embedding, hidden weight and bias, output weight and bias
+    cfg.overlap_steps = 2;
+    const dataset data = prepare_data(cfg);
+    const run_result plain = run_strategy(cfg, data, strategy_kind::diloco);
+    const run_result a = run_strategy(cfg, data, strategy_kind::streaming_diloco);
+    const run_result b = run_strategy(cfg, data, strategy_kind::streaming_diloco);
+    // Deterministic through the progress thread.
+    for (std::size_t w = 0; w < 3; ++w) CHECK(bitwise_equal(a.replicas[w], b.replicas[w]));
+    // Every fragment's peak is below the whole model's.
+    CHECK(a.rows.back().peak_bytes < plain.rows.back().peak_bytes);
+    CHECK(a.rows.back().peak_bytes > 0);
+    // The fragments overlapped: their operations are on the hidden side of the log, tau steps.
+    CHECK(a.shape.hide_steps == 2);
+    std::uint64_t hidden = 0, blocking = 0;
+    for (const auto& e : a.traffic[0]) {
+        hidden += e.hidden_ops;
+        blocking += e.blocking_ops;
+    }
+    CHECK(hidden > 0);
+    CHECK(blocking == 0);
+    CHECK(std::isfinite(a.rows.back().eval_loss));
+    CHECK(a.rows.back().eval_loss < a.rows.front().eval_loss + 0.5);
+    // mix 1 keeps the local parameters: the replicas never agree.
+    cfg.mix = 1.0;
+    const run_result local = run_strategy(cfg, data, strategy_kind::streaming_diloco);
+    CHECK(!bitwise_equal(local.replicas[0], local.replicas[1]));
+}
+
+TEST_CASE("runs: sparta --overlap sends what sparta sends and lands its last exchange") {
+    sim_config cfg = sim_test::tiny_config(3, 20);
+    cfg.fraction = 0.05;
+    const dataset data = prepare_data(cfg);
+    const run_result plain = run_strategy(cfg, data, strategy_kind::sparta);
+    cfg.sparta_overlap = true;
+    const run_result over = run_strategy(cfg, data, strategy_kind::sparta);
+    // The same selections and counts: the same bytes, exchange for exchange.
+    CHECK(over.bytes_sent == plain.bytes_sent);
+    CHECK(over.rows.back().peak_bytes == plain.rows.back().peak_bytes);
+    // One exchange per step, the last one landed by the final flush (blocking in the model).
+    std::uint64_t ops = 0;
+    for (const auto& e : over.traffic[0]) ops += e.hidden_ops + e.blocking_ops;
+    CHECK(ops == 20);
+    CHECK(over.traffic[0].front().step == 2); // step 1's exchange lands at step 2
+    CHECK(over.traffic[0].back().blocking_ops == 1);
+    CHECK(over.shape.hide_steps == 1);
+    // Different rule, different bits, similar training.
+    CHECK(!bitwise_equal(over.replicas[0], plain.replicas[0]));
+    CHECK(over.rows.back().eval_loss == doctest::Approx(plain.rows.back().eval_loss).epsilon(0.05));
+    // sparta-diloco with --overlap: outer steps still leave the replicas identical.
+    sim_config sd = cfg;
+    sd.outer_interval = 10;
+    const run_result both = run_strategy(sd, data, strategy_kind::sparta_diloco);
+    for (const auto& rep : both.replicas) CHECK(bitwise_equal(rep, both.replicas[0]));
+}
+
+TEST_CASE("runs: value codecs travel through gossip (and islands) and keep training") {
+    sim_config cfg = sim_test::tiny_config(4, 30);
+    cfg.outer_interval = 10;
+    cfg.topology = topology_kind::gossip;
+    const dataset data = prepare_data(cfg);
+    const run_result plain = run_strategy(cfg, data, strategy_kind::diloco);
+    cfg.outer_codec = codec_kind::int8;
+    const run_result int8 = run_strategy(cfg, data, strategy_kind::diloco);
+    // Fewer bytes than fp32 through the same topology, and still learning.
+    CHECK(static_cast<double>(int8.bytes_sent[0]) < 0.5 * static_cast<double>(plain.bytes_sent[0]));
+    CHECK(int8.bytes_sent[0] > 0);
+    CHECK(int8.rows.back().eval_loss == doctest::Approx(plain.rows.back().eval_loss).epsilon(0.05));
+    // SPARTA's values in bf16 through gossip: about half of fp32's bytes.
+    sim_config s = sim_test::tiny_config(4, 20);
+    s.fraction = 0.05;
+    s.topology = topology_kind::gossip;
+    const run_result sp = run_strategy(s, data, strategy_kind::sparta);
+    s.codec = codec_kind::bf16;
+    const run_result sb = run_strategy(s, data, strategy_kind::sparta);
+    CHECK(static_cast<double>(sb.bytes_sent[0]) < 0.6 * static_cast<double>(sp.bytes_sent[0]));
+    CHECK(sb.bytes_sent[0] > 0);
+    s.topology = topology_kind::islands;
+    const run_result si = run_strategy(s, data, strategy_kind::sparta);
+    CHECK(si.bytes_sent[0] > 0);
+}
+
+TEST_CASE("runs: the network model's sim_wall_s is compute plus the busiest worker's exposed communication") {
+    sim_config cfg = sim_test::tiny_config(4, 20);
+    cfg.outer_interval = 10;
+    cfg.eval_every = 10;
+    cfg.step_time_s = 0.010;                      // 10 ms per step
+    cfg.networks = {{"8Mbps,1ms", 1e6, 1e-3}, {"datacenter", 100e9 / 8, 10e-6}}; // 1 MB/s, 1 ms per round
+    const dataset data = prepare_data(cfg);
+
+    // diloco: two blocking all-reduces of n + 1 floats, 2 (N - 1) = 6 rounds each.
+    const run_result d = run_strategy(cfg, data, strategy_kind::diloco);
+    std::uint64_t busiest = 0;
+    for (int w = 0; w < 4; ++w)
+        busiest = std::max(busiest, trickle::detail::all_reduce_bytes(d.parameters + 1, sizeof(float), 4, w));
+    REQUIRE(d.rows.size() == 2);
+    const double op = 6 * 1e-3 + static_cast<double>(busiest) / 1e6;
+    CHECK(d.rows[0].sim_wall_s[0] == doctest::Approx(10 * 0.010 + op).epsilon(1e-12));
+    CHECK(d.rows[1].sim_wall_s[0] == doctest::Approx(20 * 0.010 + 2 * op).epsilon(1e-12));
+    CHECK(d.rows[1].sim_wall_s[1] ==
+          doctest::Approx(20 * 0.010 + 2 * (6 * 10e-6 + static_cast<double>(busiest) / (100e9 / 8))).epsilon(1e-12));
+    CHECK(d.rows[1].step_compute_s == 0.010);
+
+    // streaming-diloco, 2 fragments, tau 5: each fragment's all-reduce runs behind 5 steps
+    // (50 ms), so on this link only what exceeds 50 ms shows. Fragment 0 steps at 10 and 20
+    // (lands at 15: the one at 20 is still in flight at the end), fragment 1 at 5 and 15.
+    cfg.fragments = 2;
+    cfg.overlap_steps = 5;
+    const run_result s = run_strategy(cfg, data, strategy_kind::streaming_diloco);
+    double exposed_most = 0;
+    for (const auto& log : s.traffic) {
+        double e = 0;
+        for (const auto& t : log) {
+            CHECK(t.blocking_ops == 0);
+            e += std::max(0.0, t.hidden_ops * 6 * 1e-3 + static_cast<double>(t.hidden_bytes) / 1e6 - 5 * 0.010);
+        }
+        exposed_most = std::max(exposed_most, e);
+    }
+    CHECK(s.rows[1].sim_wall_s[0] == doctest::Approx(20 * 0.010 + exposed_most).epsilon(1e-12));
+    CHECK(s.rows[1].sim_wall_s[0] < d.rows[1].sim_wall_s[0]);
+
+    // ddp: one blocking all-reduce of n floats per step.
+    const run_result p = run_strategy(cfg, data, strategy_kind::ddp);
+    CHECK(p.rows[1].sim_wall_s[0] ==
+          doctest::Approx(20 * 0.010 + 20 * (6 * 1e-3 + static_cast<double>(p.ddp_bytes_per_step) / 1e6)).epsilon(1e-12));
+    // none: compute alone.
+    const run_result n = run_strategy(cfg, data, strategy_kind::none);
+    CHECK(n.rows[1].sim_wall_s[0] == doctest::Approx(20 * 0.010).epsilon(1e-12));
+
+    // Without --step-time the measured compute per step is used, and it is positive.
+    cfg.step_time_s = 0;
+    const run_result m = run_strategy(cfg, data, strategy_kind::none);
+    CHECK(m.rows[1].step_compute_s > 0);
+    CHECK(m.rows[1].sim_wall_s[0] == doctest::Approx(20 * m.rows[1].step_compute_s).epsilon(1e-12));
+}
+
+TEST_CASE("runs: --network fills sim_wall_s and a column per further network, and the table") {
+    const sim_test::temp_file csv("network.csv");
+    std::vector<std::string> args{"--strategy", "diloco,streaming-diloco", "--workers", "2", "--steps", "10",
+                                  "--eval-every", "10", "--batch", "4", "--context", "3", "--embed", "3",
+                                  "--hidden", "8", "--layers", "1", "--corpus-chars", "20000", "--eval-size", "64",
+                                  "--outer-interval", "5", "--fragments", "2", "--overlap-steps", "1",
+                                  "--network", "internet+10Mbps,2ms", "--step-time", "50", "--quiet", "--csv",
+                                  csv.path()};
+    std::ostringstream out, err;
+    REQUIRE(run_cli(args, out, err) == 0);
+    CHECK(out.str().find("modelled wall time") != std::string::npos);
+    std::ifstream in(csv.path());
+    std::string line;
+    REQUIRE(std::getline(in, line));
+    CHECK(line == std::string(csv_header) + ",sim_wall_s_10Mbps_2ms");
+    int rows = 0;
+    while (std::getline(in, line)) {
+        const auto r = split(line, ',');
+        REQUIRE(r.size() == 12);
+        CHECK(std::stod(r[10]) >= 10 * 0.050); // at least the compute
+        CHECK(std::stod(r[11]) >= 10 * 0.050);
+        ++rows;
+    }
+    CHECK(rows == 2);
 }
