@@ -246,9 +246,11 @@ private:
                 --queued_;
             }
             {
+                // Moved, so this thread keeps no reference to the exception the caller
+                // rethrows and destroys.
                 std::lock_guard lock(j.done->mutex);
                 j.done->done = true;
-                j.done->error = error;
+                j.done->error = std::move(error);
             }
             j.done->cv.notify_all();
         }

@@ -92,9 +92,12 @@ public:
         w.arrive_and_wait("all_reduce_sum");
         for (int r = 0; r < N; ++r)
             if (w.slots_[r].count != n) {
+                // The message reads the slot before the barrier: after it, peers may post
+                // their next operation's slots.
+                std::string what = detail::concat("comm::local all_reduce_sum: rank ", r, " passed ",
+                                                  w.slots_[r].count, " elements, rank ", rank_, " passed ", n);
                 w.arrive_and_wait("all_reduce_sum");
-                throw comm_error(detail::concat("comm::local all_reduce_sum: rank ", r, " passed ",
-                                                w.slots_[r].count, " elements, rank ", rank_, " passed ", n));
+                throw comm_error(what);
             }
         // Reduce my chunk from every rank's buffer into scratch, then write it everywhere.
         const std::size_t b = detail::chunk_begin(n, N, rank_);
