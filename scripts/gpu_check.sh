@@ -111,10 +111,10 @@ fi
 # 4. Benchmarks at three sizes.
 bench="$build/benchmarks/bench_cuda"
 if [[ -x "$bench" ]]; then
-    log "bench_cuda: the L2, DRAM (4x L2) and HBM groups"
+    log "bench_cuda: the L2, DRAM (4x L2) and HBM groups, and the device codec passes"
     left=$(( 450 - ($(date +%s) - start) ))
     (( left < 30 )) && left=30
-    timeout "$left" "$bench" --benchmark_filter='/(L2|DRAM|HBM)$' --benchmark_repetitions=3 --benchmark_min_time=0.05 \
+    timeout "$left" "$bench" --benchmark_filter='/(L2|DRAM|HBM)$|^codec/' --benchmark_repetitions=3 --benchmark_min_time=0.05 \
         --benchmark_display_aggregates_only=true --benchmark_out="$out/bench_cuda.json" --benchmark_out_format=json \
         > "$out/bench_cuda.console" 2>&1 || log "bench_cuda stopped early (see bench_cuda.console)"
 else
