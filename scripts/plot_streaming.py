@@ -26,7 +26,11 @@ def configs():
         for tau in (0, 1, 5):
             out.append(f"stream-F{f}-tau{tau}")
     out += ["stream-F4-tau5-mix0.5", "sparta", "sparta-overlap"]
-    return out
+    return out + CONTROLS
+
+
+# Pass C: the end-of-run controls (losses only).
+CONTROLS = ["diloco-1999", "stream-F1-tau5-2005"]
 
 
 def last_row(path):
@@ -71,7 +75,8 @@ def main():
     means = [stats[n]["loss_mean"] for n in names]
     lo = [stats[n]["loss_mean"] - stats[n]["loss_min"] for n in names]
     hi = [stats[n]["loss_max"] - stats[n]["loss_mean"] for n in names]
-    colors = ["tab:gray" if n == "diloco" else "tab:orange" if n.startswith("sparta") else "tab:blue" for n in names]
+    colors = ["tab:gray" if n == "diloco" else "tab:green" if n in CONTROLS else
+              "tab:orange" if n.startswith("sparta") else "tab:blue" for n in names]
     ax.bar(xs, means, yerr=[lo, hi], color=colors, capsize=3)
     if base:
         ax.axhspan(base["loss_min"], base["loss_max"], color="tab:gray", alpha=0.25, label="blocking DiLoCo: seed range")
@@ -81,8 +86,8 @@ def main():
     lows = min(stats[n]["loss_min"] for n in names)
     highs = max(stats[n]["loss_max"] for n in names)
     ax.set_ylim(lows - 0.05, highs + 0.05)
-    ax.set_ylabel("final eval loss (nats/char), mean and range of 3 seeds")
-    ax.set_title("License texts, 4 workers, MLP, 2000 steps, H = 100")
+    ax.set_ylabel("final eval loss (nats/char)")
+    ax.set_title("License texts, 4 workers, MLP, 2000 steps, H = 100: mean and range of 3 seeds (green: controls)")
     fig.tight_layout()
     fig.savefig(os.path.join(d, "loss.png"), dpi=110)
     plt.close(fig)
@@ -101,6 +106,8 @@ def main():
 
     # Modelled wall time: two compute settings, three networks.
     panels = [("wall_measured", "compute as measured (MLP, about 1 ms per step)")]
+    names = [n for n in names if n not in CONTROLS]
+    xs = range(len(names))
     if all("wall_100ms" in stats[n] for n in names):
         panels.append(("wall_100ms", "--step-time 100 (100 ms per step)"))
     fig, axes = plt.subplots(len(panels), 1, figsize=(11, 4 * len(panels)), squeeze=False)
@@ -128,6 +135,24 @@ def main():
         wb = " / ".join(f"{st['wall_100ms'][net]:.1f}" for net, _ in NETWORKS) if "wall_100ms" in st else "-"
         lines.append(f"| {n} | {st['loss_mean']:.4f} [{st['loss_min']:.4f}, {st['loss_max']:.4f}] ({st['seeds']}) |"
                      f" {st['peak'] / 1024:.1f} | {st['sent'] / 2**20:.2f} | {wm} | {wb} |")
+    for n in CONTROLS:
+        if n in stats:
+            st = stats[n]
+            lines.append(f"| {n} (control) | {st['loss_mean']:.4f} [{st['loss_min']:.4f}, {st['loss_max']:.4f}]"
+                         f" ({st['seeds']}) | {st['peak'] / 1024:.1f} | {st['sent'] / 2**20:.2f} | - | - |")
+    # Paired by seed (the same data order and initialisation): each configuration's final
+    # loss minus blocking DiLoCo's, and minus DiLoCo's one step before its last outer step.
+    lines += ["", "| configuration | loss − diloco@2000, per seed | loss − diloco@1999, per seed |", "|---|---|---|"]
+    for n in names:
+        if n == "diloco" or not all(os.path.exists(os.path.join(d, f"{m}.seed{s}.csv"))
+                                    for m in (n, "diloco", "diloco-1999") for s in (1, 2, 3)):
+            continue
+        diffs = []
+        for ref in ("diloco", "diloco-1999"):
+            ds = [float(last_row(os.path.join(d, f"{n}.seed{s}.csv"))["eval_loss"]) -
+                  float(last_row(os.path.join(d, f"{ref}.seed{s}.csv"))["eval_loss"]) for s in (1, 2, 3)]
+            diffs.append(", ".join(f"{x:+.3f}" for x in ds))
+        lines.append(f"| {n} | {diffs[0]} | {diffs[1]} |")
     with open(os.path.join(d, "summary.md"), "w") as fh:
         fh.write("\n".join(lines) + "\n")
     print("\n".join(lines))
