@@ -11,17 +11,9 @@ OUT=docs/experiments
 mkdir -p "$OUT"
 
 if [ "${1:-}" != "--plot-only" ]; then
-    if [ -z "${SIM:-}" ]; then
-        source scripts/deps.sh
-        trickle_install_deps
-        cmake --preset host-release >/dev/null
-        cmake --build --preset host-release -j "$(trickle_jobs)" --target trickle-sim >/dev/null
-        SIM=build/host-release/examples/sim/trickle-sim
-    fi
-    # The corpus: every license text Debian ships, concatenated in name order (303,076
-    # bytes on Debian 12); the last 10% (mostly MPL-2.0) is held out.
-    CORPUS=/tmp/licenses.txt
-    cat /usr/share/common-licenses/* > "$CORPUS"
+    source scripts/sim_corpus.sh
+    trickle_sim_and_corpus
+    # The corpus (scripts/sim_corpus.sh): the last 10% (mostly MPL-2.0) is held out.
 
     run() { # run NAME ARGS...: one trickle-sim invocation, its CSV and its table
         local name=$1

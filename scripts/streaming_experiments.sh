@@ -20,15 +20,8 @@ OUT=docs/experiments/streaming
 mkdir -p "$OUT"
 
 if [ "${1:-}" != "--plot-only" ]; then
-    if [ -z "${SIM:-}" ]; then
-        source scripts/deps.sh
-        trickle_install_deps
-        cmake --preset host-release >/dev/null
-        cmake --build --preset host-release -j "$(trickle_jobs)" --target trickle-sim >/dev/null
-        SIM=build/host-release/examples/sim/trickle-sim
-    fi
-    CORPUS=/tmp/licenses.txt
-    cat /usr/share/common-licenses/* > "$CORPUS"
+    source scripts/sim_corpus.sh
+    trickle_sim_and_corpus
     NET=datacenter+cross-region+internet
 
     run() { # run NAME SEED [ARGS...]: one configuration, one seed
