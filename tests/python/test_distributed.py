@@ -234,6 +234,20 @@ def test_diloco_outer_step_makes_replicas_identical():
         assert d.stats.exchanges == 2 and d.stats.steps == 6, (outer, d.stats)
 
 
+def _sparta_bf16_against_fp32(steps: int, **kw):
+    """SPARTA in fp32 and in bf16 side by side on alike replicas for `steps` steps; the bf16
+    run's stats and its bytes over the fp32 run's."""
+    m32, m16 = make_model(seed=rank()), make_model(seed=rank())
+    s32 = trickle.SPARTA(m32, fraction=0.2, seed=4, **kw)
+    s16 = trickle.SPARTA(m16, fraction=0.2, seed=4, codec="bf16", **kw)
+    for i in range(steps):
+        perturb(m32.parameters(), i)
+        perturb(m16.parameters(), i)
+        s32.step()
+        s16.step()
+    return s16.stats, s16.stats.bytes_sent / s32.stats.bytes_sent
+
+
 def test_codecs_compress_and_keep_replicas_identical():
     # DiLoCo's outer gradient in int8 (with error feedback and stochastic rounding), and
     # in 2-bit: replicas bit-identical after every outer step, far fewer bytes.
@@ -252,15 +266,7 @@ def test_codecs_compress_and_keep_replicas_identical():
     assert parts == st8.bytes_sent, st8
     assert 0 < st8.scale_bytes_sent < st8.code_bytes_sent and st8.index_bytes_sent == 0, st8
     # SPARTA's values in bf16: half the bytes of fp32 for the same selections.
-    m32, m16 = make_model(seed=rank()), make_model(seed=rank())
-    s32 = trickle.SPARTA(m32, fraction=0.2, seed=4)
-    s16 = trickle.SPARTA(m16, fraction=0.2, seed=4, codec="bf16")
-    for i in range(3):
-        perturb(m32.parameters(), i)
-        perturb(m16.parameters(), i)
-        s32.step()
-        s16.step()
-    ratio = s16.stats.bytes_sent / s32.stats.bytes_sent
+    _, ratio = _sparta_bf16_against_fp32(steps=3)
     assert 0.45 < ratio < 0.55, ratio
     # Bad codec settings raise on every rank, with trickle's messages.
     expect_raises(ValueError, lambda: trickle.SPARTA(make_model(), codec="int3"), "unknown codec", "int8")
@@ -269,17 +275,8 @@ def test_codecs_compress_and_keep_replicas_identical():
     expect_raises(ValueError, lambda: trickle.DiLoCo(make_model(), error_feedback=0.5), "needs a lossy codec")
     # A codec through a decentralized topology: its bytes travel in the topology's rounds
     # (codec::encoded_link), half of fp32's for bf16 on the ring.
-    r32, r16 = make_model(seed=rank()), make_model(seed=rank())
-    g32 = trickle.SPARTA(r32, fraction=0.2, seed=4, topology="ring")
-    g16 = trickle.SPARTA(r16, fraction=0.2, seed=4, topology="ring", codec="bf16")
-    for i in range(2):
-        perturb(r32.parameters(), i)
-        perturb(r16.parameters(), i)
-        g32.step()
-        g16.step()
-    ratio = g16.stats.bytes_sent / g32.stats.bytes_sent
+    st, ratio = _sparta_bf16_against_fp32(steps=2, topology="ring")
     assert 0.45 < ratio < 0.55, ratio
-    st = g16.stats
     assert st.code_bytes_sent + st.padding_bytes_sent == st.bytes_sent and st.scale_bytes_sent == 0, st
 
 
