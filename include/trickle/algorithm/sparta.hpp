@@ -434,16 +434,22 @@ private:
         count_traffic(traffic, count);
     }
 
-    // The sum over the topology's group of buf[0, count) (through the codec), at once.
+    // The sum over the topology's group of buf[0, count) (through the codec), at once: the
+    // encoded all-reduce (tiled on the host, block-parallel on the device), or the
+    // topology's rounds.
     template <class Exec>
     int reduce_now(const Exec& ex, float* buf, std::size_t count) {
-        int group = 0;
-        if constexpr (!on_device && byte_communicator<Comm>) {
-            if (summed_)
-                group = codec::encoded_all_reduce(codec_, comm_, buf, count, codec_scratch_, nullptr, 0.0f, rounding());
+        if constexpr (byte_communicator<Comm>) {
+            if (summed_) {
+                if constexpr (on_device)
+                    return codec::encoded_all_reduce_blocks(codec_, comm_, ex, buf, count, device_codec_scratch_,
+                                                            nullptr, 0.0f, rounding());
+                else
+                    return codec::encoded_all_reduce(codec_, comm_, buf, count, codec_scratch_, nullptr, 0.0f,
+                                                     rounding());
+            }
         }
-        if (!summed_) group = reduce_through_topology(ex, buf, count);
-        return group;
+        return reduce_through_topology(ex, buf, count);
     }
 
     template <class Exec>
@@ -459,12 +465,7 @@ private:
         // Range bodies: a run of positions or a prefetched batch per call (kernels/sparse_exchange.hpp).
         const auto gather = make_gather(flat_.view(), sel, buf);
         for_each_index(ex, gather.calls(), gather);
-        int group = 0;
-        if constexpr (!on_device && byte_communicator<Comm>) {
-            if (summed_)
-                group = codec::encoded_all_reduce(codec_, comm_, buf, count, codec_scratch_, nullptr, 0.0f, rounding());
-        }
-        if (!summed_) group = reduce_through_topology(ex, buf, count);
+        const int group = reduce_now(ex, buf, count);
         const auto scatter = make_scatter(flat_.view(), sel, buf, 1.0f / static_cast<float>(group));
         for_each_index(ex, scatter.calls(), scatter);
         count_exchange(before, count);
@@ -534,16 +535,10 @@ void sparta_engine<Sampler, Schedule, Topology, T, Space, Comm, Codec>::exchange
             detail::device_plan(ex, flat_.view(), sel, detail::keep_selection{}, device_state_);
         }
         detail::device_move<true>(ex, flat_.view(), sel, device_state_, buf, 1.0f);
-        int group = 0;
         if (encoded_ && options_.stochastic_rounding)
             detail::refuse_capture(ex, "sparta::step: stochastic rounding draws new words at every exchange, "
                                        "which a captured CUDA graph would replay unchanged");
-        if constexpr (byte_communicator<Comm>) {
-            if (summed_)
-                group = codec::encoded_all_reduce_blocks(codec_, comm_, ex, buf, count, device_codec_scratch_, nullptr,
-                                                         0.0f, rounding());
-        }
-        if (!summed_) group = reduce_through_topology(ex, buf, count);
+        const int group = reduce_now(ex, buf, count);
         detail::device_move<false>(ex, flat_.view(), sel, device_state_, buf, 1.0f / static_cast<float>(group));
         count_exchange(before, count);
     } else {
