@@ -35,6 +35,11 @@ if [[ -z "$build" ]]; then
 fi
 start=$(date +%s)
 status=0
+# Limits (seconds), overridable for a short first look: each test, when tests stop
+# starting, and when the benchmarks must end.
+test_limit=${GPU_CHECK_TEST_TIMEOUT:-200}
+tests_until=${GPU_CHECK_TESTS_UNTIL:-300}
+bench_until=${GPU_CHECK_BENCH_UNTIL:-450}
 log() { echo "[gpu_check $(( $(date +%s) - start ))s] $*" | tee -a "$out/gpu_check.log"; }
 
 if ! command -v nvidia-smi > /dev/null || ! nvidia-smi -L > /dev/null 2>&1; then
@@ -71,6 +76,11 @@ export LD_LIBRARY_PATH="$build/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 if ! ldconfig -p 2> /dev/null | grep -q libnccl.so.2; then
     nccl_dir=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' 2> /dev/null || true)
     [[ -n "$nccl_dir" && -d "$nccl_dir" ]] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$nccl_dir"
+    if [[ -z "$nccl_dir" ]]; then # another wheel layout (nvidia/cu13/lib, say): look for the library itself
+        site=$(python3 -c 'import site; print(" ".join(site.getsitepackages()))' 2> /dev/null || true)
+        lib=$(find $site -name 'libnccl.so.2' 2> /dev/null | head -1)
+        [[ -n "$lib" ]] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$(dirname "$lib")"
+    fi
     for d in /usr/local/cuda/lib64 /usr/local/cuda/lib; do [[ -d $d ]] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$d"; done
 fi
 log "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
@@ -86,14 +96,16 @@ for t in "$build"/tests/cuda/test_* "$build"/tests/codec/test_codec_cuda "$build
     [[ -x "$t" && -f "$t" ]] || continue
     name=$(basename "$t")
     # The whole check stays under 8 minutes: tests left after 5 are reported, not run.
-    if (( $(date +%s) - start > 300 )); then
+    if (( $(date +%s) - start > tests_until )); then
         echo "$name: NOT RUN (time budget spent)" >> "$out/ctest.txt"
         failed=$((failed + 1)); status=1
         continue
     fi
     echo "== $name" >> "$out/ctest.txt"
-    timeout 200 "$t" >> "$out/ctest.txt" 2>&1
+    t0=$(date +%s)
+    timeout "$test_limit" "$t" >> "$out/ctest.txt" 2>&1
     rc=$?
+    log "$name: exit $rc in $(( $(date +%s) - t0 )) s"
     case $rc in
         0) passed=$((passed + 1)); echo "$name: passed" >> "$out/ctest.txt" ;;
         77) skipped=$((skipped + 1)); echo "$name: skipped" >> "$out/ctest.txt" ;;
@@ -112,7 +124,7 @@ fi
 bench="$build/benchmarks/bench_cuda"
 if [[ -x "$bench" ]]; then
     log "bench_cuda: the L2, DRAM (4x L2) and HBM groups, and the device codec passes"
-    left=$(( 450 - ($(date +%s) - start) ))
+    left=$(( bench_until - ($(date +%s) - start) ))
     (( left < 30 )) && left=30
     timeout "$left" "$bench" --benchmark_filter='/(L2|DRAM|HBM)$|^codec/' --benchmark_repetitions=3 --benchmark_min_time=0.05 \
         --benchmark_display_aggregates_only=true --benchmark_out="$out/bench_cuda.json" --benchmark_out_format=json \
