@@ -82,7 +82,7 @@ else
     files=()
     first=1
     for s in "${sizes[@]}"; do
-        filter="/$s\$"
+        filter="/$s(/manual_time)?\$"
         [[ $first -eq 1 ]] && filter="^copy/|$filter"
         first=0
         echo "== bench_cuda: group $s"

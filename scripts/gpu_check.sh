@@ -120,13 +120,35 @@ if (( passed == 0 )); then
     status=1
 fi
 
+# 3b. With GPU_CHECK_SANITIZE=1, the device tests again under compute-sanitizer's memcheck
+#     (out-of-bounds and misaligned accesses, leaks), where the machine has the tool.
+if [[ "${GPU_CHECK_SANITIZE:-0}" == 1 ]]; then
+    san=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2> /dev/null || true)
+    if [[ -n "$san" ]]; then
+        for name in test_device_sparta test_device_diloco test_device_codec test_local_cuda; do
+            t="$build/tests/cuda/$name"
+            [[ -x "$t" ]] || continue
+            t0=$(date +%s)
+            echo "== $name" >> "$out/memcheck.txt"
+            timeout 60 "$san" --tool memcheck --leak-check full --error-exitcode 9 "$t" > "$out/memcheck.part" 2>&1
+            rc=$?
+            log "memcheck $name: exit $rc in $(( $(date +%s) - t0 )) s ($(grep -c 'Invalid\|Leaked' "$out/memcheck.part") reports)"
+            cat "$out/memcheck.part" >> "$out/memcheck.txt"
+            rm -f "$out/memcheck.part"
+            (( rc != 0 )) && status=1
+        done
+    else
+        log "no compute-sanitizer on this machine: memcheck skipped"
+    fi
+fi
+
 # 4. Benchmarks at three sizes.
 bench="$build/benchmarks/bench_cuda"
 if [[ -x "$bench" ]]; then
     log "bench_cuda: the L2, DRAM (4x L2) and HBM groups, and the device codec passes"
     left=$(( bench_until - ($(date +%s) - start) ))
     (( left < 30 )) && left=30
-    timeout "$left" "$bench" --benchmark_filter='/(L2|DRAM|HBM)$|^codec/' --benchmark_repetitions=3 --benchmark_min_time=0.05 \
+    timeout "$left" "$bench" --benchmark_filter='^copy/|/(L2|DRAM|HBM)(/manual_time)?$|^codec/' --benchmark_repetitions=3 --benchmark_min_time=0.05 \
         --benchmark_display_aggregates_only=true --benchmark_out="$out/bench_cuda.json" --benchmark_out_format=json \
         > "$out/bench_cuda.console" 2>&1 || log "bench_cuda stopped early (see bench_cuda.console)"
 else
