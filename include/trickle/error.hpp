@@ -39,6 +39,15 @@ public:
     using error::error;
 };
 
+// A comm_error that names its cause as a peer lost: one that left, whose thread or process
+// failed, or that did not answer within the communicator's timeout. Every surviving rank of
+// the collective throws it. An elastic communicator (comm/elastic.hpp) can then renew its
+// membership and carry on without the lost peers; others can only report it.
+class peer_failure : public comm_error {
+public:
+    using comm_error::comm_error;
+};
+
 #if TRICKLE_HAS_CUDA
 // A CUDA runtime call failed. Carries the call's text, where it was made and the code.
 class cuda_error : public error {
