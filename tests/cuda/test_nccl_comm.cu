@@ -352,3 +352,143 @@ TEST_CASE("nccl side stream: a started all-reduce overlaps the compute stream's 
         CHECK(failures[r] == std::string());
     }
 }
+
+#if TRICKLE_NCCL_HAS_SHRINK
+TEST_CASE("nccl revoke and shrink: a new owned communicator over the survivors; the revoked one refuses work") {
+    int N = 0;
+    TRICKLE_CUDA_CHECK(cudaGetDeviceCount(&N));
+    REQUIRE(N >= 1);
+
+    // One GPU (whatever the machine has): nobody can be excluded, so shrink({}) gives a
+    // new communicator over the same rank (ncclCommSplit), first beside a healthy parent,
+    // then after the parent is revoked.
+    {
+        const int dev0 = 0;
+        ncclComm_t handle = nullptr;
+        TRICKLE_NCCL_CHECK(ncclCommInitAll(&handle, 1, &dev0));
+        TRICKLE_CUDA_CHECK(cudaSetDevice(0));
+        cudaStream_t stream = nullptr;
+        TRICKLE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+        const std::size_t n = 4099;
+        std::vector<float> h(n);
+        for (std::size_t i = 0; i < n; ++i) h[i] = wavy(0, i);
+        std::string failure;
+        try {
+            comm::nccl parent(handle, stream);
+            CHECK(!parent.owns_communicator());
+            CHECK(parent.native_handle() == handle);
+            CHECK(contains(thrown<invalid_argument>([&] { (void)parent.shrink({0}); }),
+                           "excluded ranks must not call shrink"));
+            CHECK(contains(thrown<invalid_argument>([&] { (void)parent.shrink({1}); }), "out of range"));
+            CHECK(contains(thrown<invalid_argument>([&] { (void)parent.shrink({-1}); }), "out of range"));
+            CHECK(!parent.revoked());
+
+            {
+                comm::nccl copy = parent.shrink({}, comm::nccl::shrink_mode::quiescent);
+                CHECK(copy.owns_communicator());
+                CHECK(copy.native_handle() != handle);
+                CHECK(copy.rank() == 0);
+                CHECK(copy.size() == 1);
+                CHECK(copy.device() == 0);
+                CHECK(copy.stream() == stream);
+                auto d = to_device(h);
+                copy.all_reduce_sum(d.data(), n);
+                copy.synchronize();
+                CHECK(to_host(d) == h); // one rank: the sum is the input
+                CHECK(copy.traffic().calls == 1);
+                auto e = to_device(h);
+                parent.all_reduce_sum(e.data(), n); // the parent still works beside it
+                parent.synchronize();
+                CHECK(to_host(e) == h);
+            } // copy destroys its communicator (ncclCommDestroy)
+
+#if TRICKLE_NCCL_HAS_REVOKE
+            parent.revoke();
+            CHECK(parent.revoked());
+            auto d = to_device(h);
+            CHECK(contains(thrown<comm_error>([&] { parent.all_reduce_sum(d.data(), n); }), "was revoked"));
+            CHECK(contains(thrown<comm_error>([&] { parent.barrier(); }), "was revoked"));
+            parent.synchronize(); // still allowed: drains the stream
+
+            comm::nccl survivor = parent.shrink({}); // abort_in_flight; already quiescent
+            CHECK(survivor.owns_communicator());
+            CHECK(!survivor.revoked());
+            CHECK(survivor.rank() == 0);
+            CHECK(survivor.size() == 1);
+            comm::nccl moved(std::move(survivor)); // ownership moves along
+            CHECK(moved.owns_communicator());
+            CHECK(!survivor.owns_communicator());
+            CHECK(survivor.native_handle() == nullptr);
+            moved.all_reduce_sum(d.data(), n);
+            moved.barrier();
+            CHECK(to_host(d) == h);
+            const gathered_record rec{0, {'s', 'h', 'r', 0}, 0.5};
+            gathered_record back{};
+            moved.all_gather_bytes(&rec, &back, sizeof rec);
+            CHECK(back.rank == 0);
+            CHECK(back.x == 0.5);
+#else
+            MESSAGE("revoke: not in this NCCL (", NCCL_MAJOR, ".", NCCL_MINOR, ".", NCCL_PATCH, ")");
+            CHECK(contains(thrown<invalid_argument>([&] { (void)parent.shrink({}); }), "shrink_mode::quiescent"));
+#endif
+        } catch (const std::exception& e) {
+            failure = e.what();
+        }
+        cudaStreamDestroy(stream);
+        (void)ncclCommAbort(handle); // abort: a revoked communicator is never finalized
+        CHECK(failure == std::string());
+    }
+
+    // Two GPUs or more: ranks 0 .. N-2 drop rank N-1 as after its failure (revoke, then
+    // shrink; without ncclCommRevoke, a planned departure: shrink with nothing in flight),
+    // each on its own thread; rank N-1 does nothing.
+    if (N < 2) {
+        MESSAGE("shrink excluding a rank: skipped (needs 2 GPUs, found ", N, ")");
+        return;
+    }
+    std::vector<ncclComm_t> handles(static_cast<std::size_t>(N));
+    TRICKLE_NCCL_CHECK(ncclCommInitAll(handles.data(), N, nullptr));
+    std::vector<std::string> failures(static_cast<std::size_t>(N - 1));
+    std::vector<std::thread> threads;
+    for (int d = 0; d + 1 < N; ++d)
+        threads.emplace_back([&, d] {
+            std::string& failure = failures[static_cast<std::size_t>(d)];
+            cudaStream_t stream = nullptr;
+            try {
+                TRICKLE_CUDA_CHECK(cudaSetDevice(d));
+                TRICKLE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+                comm::nccl c(handles[static_cast<std::size_t>(d)], stream);
+                if (!contains(thrown<invalid_argument>([&] { (void)c.shrink({N - 1, N - 1}); }), "excluded twice"))
+                    failure = "a duplicate excluded rank was not refused";
+#if TRICKLE_NCCL_HAS_REVOKE
+                c.revoke();
+                comm::nccl s = c.shrink({N - 1});
+#else
+                comm::nccl s = c.shrink({N - 1}, comm::nccl::shrink_mode::quiescent);
+#endif
+                if (s.size() != N - 1 || s.rank() != d || !s.owns_communicator())
+                    failure = "rank " + std::to_string(s.rank()) + " of " + std::to_string(s.size()) + " after shrink";
+                std::vector<float> mine(1000);
+                for (std::size_t i = 0; i < mine.size(); ++i) mine[i] = static_cast<float>(d * 1000 + i % 97);
+                auto buf = to_device(mine);
+                s.all_reduce_sum(buf.data(), mine.size());
+                s.synchronize();
+                const auto got = to_host(buf);
+                for (std::size_t i = 0; i < got.size() && failure.empty(); ++i) {
+                    float want = 0;
+                    for (int q = 0; q + 1 < N; ++q) want += static_cast<float>(q * 1000 + i % 97);
+                    if (got[i] != want) failure = "wrong sum at " + std::to_string(i);
+                }
+            } catch (const std::exception& e) {
+                failure = e.what();
+            }
+            if (stream != nullptr) cudaStreamDestroy(stream);
+        });
+    for (auto& t : threads) t.join();
+    for (auto h : handles) (void)ncclCommAbort(h);
+    for (std::size_t r = 0; r < failures.size(); ++r) {
+        INFO("rank ", r);
+        CHECK(failures[r] == std::string());
+    }
+}
+#endif
