@@ -10,12 +10,15 @@
 #include "report.hpp"
 #include "trainer.hpp"
 
+#include <cstddef>
 #include <exception>
+#include <filesystem>
 #include <optional>
 #include <ostream>
 #include <span>
 #include <sstream>
 #include <string>
+#include <system_error>
 #include <vector>
 
 namespace trickle_sim {
@@ -86,10 +89,41 @@ inline void print_header(std::ostream& out, const sim_config& cfg, const dataset
     }
 }
 
+// What parse_cli cannot see of --csv, checked before anything is read or written: the
+// file must be a regular file or not exist yet (opening a FIFO for writing would wait for a
+// reader forever; a device or a directory holds no table), and it must not be the --data file.
+inline void check_csv_path(const sim_config& cfg) {
+    if (cfg.csv.empty()) return;
+    std::error_code ec;
+    const std::filesystem::file_status st = std::filesystem::status(cfg.csv, ec);
+    if (!std::filesystem::exists(st)) return; // created when opened, or refused then
+    if (!std::filesystem::is_regular_file(st))
+        throw usage_error("--csv: " + quoted_value(cfg.csv) + " is not a regular file");
+    if (!cfg.data_file.empty() && std::filesystem::equivalent(cfg.csv, cfg.data_file, ec))
+        throw usage_error("--csv: " + quoted_value(cfg.csv) +
+                          " is the --data file; writing the CSV would overwrite the training text");
+}
+
+// What parse_cli cannot see of the model's size, which the data's vocabulary sets: the
+// block sampler's blocks must fit in the model (a larger block would be allocated whole).
+inline void check_model_size(const sim_config& cfg, const dataset& data) {
+    bool sparta = false;
+    for (auto s : cfg.strategies) sparta = sparta || uses_sparta(s);
+    if (!sparta || cfg.sampler != sampler_kind::block) return;
+    const std::size_t parameters = parameter_count(cfg.model, data.vocab());
+    if (static_cast<std::size_t>(cfg.block_size) > parameters)
+        throw usage_error("--block-size: " + std::to_string(cfg.block_size) + " is larger than the model's " +
+                          std::to_string(parameters) + " parameters");
+}
+
 // Runs a parsed configuration: the header, one training run per strategy, the table.
+// Every usage_error (the --csv path, the data, the block size, the CSV's header) comes
+// before the first training step.
 inline int run_simulation(const sim_config& cfg, std::ostream& out) {
     single_threaded_blas();
+    check_csv_path(cfg);
     const dataset data = prepare_data(cfg);
+    check_model_size(cfg, data);
     std::optional<csv_writer> csv;
     if (!cfg.csv.empty()) csv.emplace(cfg.csv, cfg.networks);
 

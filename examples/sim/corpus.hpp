@@ -7,12 +7,16 @@
 #include <algorithm>
 #include <array>
 #include <cctype>
+#include <cerrno>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <memory>
 #include <set>
 #include <string>
 #include <string_view>
@@ -220,16 +224,25 @@ inline std::string generate_corpus(std::uint64_t seed, std::size_t chars) {
     return detail::grammar(seed).text(chars);
 }
 
-// The bytes of a file; usage_error naming --data when it cannot be read or is empty.
+// The bytes of a file; usage_error naming --data when it cannot be opened or read (a read
+// error such as /proc/self/mem's is told from the end of the file) or is empty. Reading
+// stops a byte past the 4 GiB that make_dataset accepts.
 inline std::string read_text_file(const std::string& path) {
+    const std::string name = quoted_value(path);
     std::error_code ec;
-    if (!std::filesystem::exists(path, ec)) throw usage_error("--data: file '" + path + "' does not exist");
-    if (!std::filesystem::is_regular_file(path, ec)) throw usage_error("--data: '" + path + "' is not a regular file");
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw usage_error("--data: cannot open '" + path + "'");
-    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    if (in.bad()) throw usage_error("--data: error reading '" + path + "'");
-    if (text.empty()) throw usage_error("--data: '" + path + "' is empty");
+    if (!std::filesystem::exists(path, ec)) throw usage_error("--data: file " + name + " does not exist");
+    if (!std::filesystem::is_regular_file(path, ec)) throw usage_error("--data: " + name + " is not a regular file");
+    const std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(std::fopen(path.c_str(), "rb"), &std::fclose);
+    if (!file) throw usage_error("--data: cannot open " + name + ": " + std::strerror(errno));
+    std::string text;
+    std::vector<char> buffer(std::size_t{1} << 16);
+    while (text.size() <= std::size_t{0xffffffffu}) {
+        const std::size_t got = std::fread(buffer.data(), 1, buffer.size(), file.get());
+        text.append(buffer.data(), got);
+        if (got < buffer.size()) break;
+    }
+    if (std::ferror(file.get())) throw usage_error("--data: cannot read " + name + ": " + std::strerror(errno));
+    if (text.empty()) throw usage_error("--data: " + name + " is empty");
     return text;
 }
 
@@ -325,7 +338,7 @@ inline dataset make_dataset(const std::string& text, std::string source, const s
 // The dataset a configuration asks for: --data FILE, or the generated corpus.
 inline dataset prepare_data(const sim_config& cfg) {
     if (!cfg.data_file.empty())
-        return make_dataset(read_text_file(cfg.data_file), cfg.data_file, cfg, "--data " + cfg.data_file);
+        return make_dataset(read_text_file(cfg.data_file), cfg.data_file, cfg, "--data " + printable(cfg.data_file));
     return make_dataset(generate_corpus(cfg.seed, cfg.corpus_chars),
                         "generated corpus (seed " + std::to_string(cfg.seed) + ", " +
                             std::to_string(cfg.corpus_chars) + " chars)",

@@ -232,7 +232,7 @@ Strategies
 Data
   --data FILE            train on this text file (bytes are the vocabulary); without it, a
                          seeded corpus from a small stochastic grammar is generated
-  --corpus-chars N       size of the generated corpus, >= 20000 (default 400000)
+  --corpus-chars N       size of the generated corpus, >= 20000 (default 400000); not with --data
   --shards iid|non-iid   iid: 64-character sequences dealt at random to workers;
                          non-iid: each worker gets one contiguous stretch (default iid)
   --eval-size N          held-out positions evaluated (last 10% of the text), >= 1 (default 8192);
@@ -252,7 +252,7 @@ Model size
 SPARTA (sparta, sparta-diloco)
   --fraction P           fraction of parameters averaged per exchange, (0, 1] (default 0.005)
   --sampler KIND         uniform|permutation|block|layerwise (default uniform)
-  --block-size N         block sampler's block length, >= 1 (default 256)
+  --block-size N         block sampler's block length, 1..the model's parameters (default 256)
   --interval H           exchange every H steps, >= 1 (default 1)
   --fraction-schedule S  constant|linear|cosine: p moves from --fraction to --fraction-end
                          over --steps (default constant)
@@ -311,7 +311,7 @@ Network model (a model: docs/simulator.md gives the formula)
 Output
   --csv FILE             one row per evaluation: strategy,step,eval_loss,eval_ppl,train_loss,
                          correlation,bytes_sent_per_worker,reduction_vs_ddp,wall_s,peak_bytes,
-                         sim_wall_s (nan without --network)
+                         sim_wall_s (nan without --network); a new or regular file, not --data
   --quiet                no progress line on stderr
   -h, --help             this text
 
@@ -320,10 +320,37 @@ an option that has no effect on the chosen strategies is an error (exit code 2).
 )";
 }
 
+// Text from the command line (or a file name) as an error message quotes it: a control
+// byte shows as \n, \t, \r or \xNN and a backslash as \\, so every message stays on one
+// line and says exactly what was given. Bytes from 0x80 up pass unchanged (UTF-8 names).
+inline std::string printable(std::string_view s) {
+    static constexpr char hex[] = "0123456789abcdef";
+    std::string out;
+    out.reserve(s.size());
+    for (const char ch : s) {
+        const auto b = static_cast<unsigned char>(ch);
+        if (ch == '\\') out += "\\\\";
+        else if (ch == '\n') out += "\\n";
+        else if (ch == '\t') out += "\\t";
+        else if (ch == '\r') out += "\\r";
+        else if (b < 0x20 || b == 0x7f) {
+            out += "\\x";
+            out += hex[b >> 4];
+            out += hex[b & 0xf];
+        } else
+            out += ch;
+    }
+    return out;
+}
+
+// printable(s) in single quotes, as the messages quote a value. (Not named "quoted": for a
+// std::string argument, argument-dependent lookup would pick std::quoted instead.)
+inline std::string quoted_value(std::string_view s) { return "'" + printable(s) + "'"; }
+
 namespace detail {
 
 [[noreturn]] inline void bad_value(std::string_view opt, std::string_view value, std::string_view why) {
-    throw usage_error(std::string(opt) + ": " + std::string(why) + ", got '" + std::string(value) + "'");
+    throw usage_error(std::string(opt) + ": " + std::string(why) + ", got " + quoted_value(value));
 }
 
 template <class Int>
@@ -337,11 +364,17 @@ Int parse_int(std::string_view opt, std::string_view v, Int lo, Int hi) {
     return out;
 }
 
+// A real number. The trainer computes in fp32, so a value other than 0 must also be a
+// normal float: one that rounds to 0 or a subnormal (--lr 1e-300) would train nothing
+// while seeming accepted, and one beyond fp32's range would become inf.
 inline double parse_double(std::string_view opt, std::string_view v) {
     double out = 0;
     const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
     if (v.empty() || ec != std::errc{} || end != v.data() + v.size() || !std::isfinite(out))
         bad_value(opt, v, "expected a finite number");
+    if (out != 0 && !std::isnormal(static_cast<float>(out)))
+        bad_value(opt, v, std::fabs(out) < 1 ? "rounds to 0 or a subnormal in fp32 (the smallest normal is about 1.2e-38)"
+                                             : "is beyond fp32's range (about 3.4e38)");
     return out;
 }
 
@@ -391,7 +424,7 @@ double parse_with_unit(std::string_view opt, std::string_view spec, std::string_
         bad_value(opt, spec, "expected " + std::string(what) + " as a number and a unit (" + list + ")");
     for (const auto& u : units)
         if (u.first == unit) return x * u.second;
-    bad_value(opt, spec, "unknown unit '" + std::string(unit) + "' of the " + std::string(what) + " (expected " + list + ")");
+    bad_value(opt, spec, "unknown unit " + quoted_value(unit) + " of the " + std::string(what) + " (expected " + list + ")");
 }
 
 // One --network item: a preset's name or BW,LAT.
@@ -426,7 +459,7 @@ inline sim_config parse_cli(std::span<const std::string> args) {
     std::vector<std::string> sparta_only, diloco_only, both_only, streaming_only;
     bool fraction_end_given = false, outer_lr_given = false, outer_momentum_given = false,
          block_size_given = false, outer_lr_schedule_given = false, outer_lr_end_given = false,
-         island_size_given = false, codec_block_given = false;
+         island_size_given = false, codec_block_given = false, corpus_chars_given = false;
     bool context_given = false, batch_given = false, lr_schedule_given = false, clip_given = false;
     std::vector<std::string> mlp_only, gpt_only;
     std::vector<std::string> seen;
@@ -447,7 +480,7 @@ inline sim_config parse_cli(std::span<const std::string> args) {
             continue;
         }
         if (arg.size() < 3 || arg.substr(0, 2) != "--")
-            throw usage_error("unexpected argument '" + std::string(arg) + "' (options start with --; see --help)");
+            throw usage_error("unexpected argument " + quoted_value(arg) + " (options start with --; see --help)");
         std::string opt(arg);
         std::optional<std::string> value;
         if (const auto eq = opt.find('='); eq != std::string::npos) {
@@ -466,7 +499,7 @@ inline sim_config parse_cli(std::span<const std::string> args) {
             "--overlap-steps", "--mix", "--network", "--step-time"};
         bool is_known = false;
         for (auto k : known) is_known = is_known || k == opt;
-        if (!is_known) throw usage_error("unknown option '" + opt + "' (see --help)");
+        if (!is_known) throw usage_error("unknown option " + quoted_value(opt) + " (see --help)");
         for (const auto& s : seen)
             if (s == opt) throw usage_error(opt + ": given more than once");
         seen.push_back(opt);
@@ -485,7 +518,7 @@ inline sim_config parse_cli(std::span<const std::string> args) {
                 const std::string_view item = v.substr(pos, comma == std::string_view::npos ? v.npos : comma - pos);
                 const auto s = detail::parse_enum<strategy_kind>(opt, item, strategy_names);
                 for (auto prev : c.strategies)
-                    if (prev == s) detail::bad_value(opt, v, "lists '" + std::string(item) + "' twice");
+                    if (prev == s) detail::bad_value(opt, v, "lists " + quoted_value(item) + " twice");
                 c.strategies.push_back(s);
                 if (comma == std::string_view::npos) break;
                 pos = comma + 1;
@@ -516,6 +549,7 @@ inline sim_config parse_cli(std::span<const std::string> args) {
             c.data_file = std::string(v);
         } else if (opt == "--corpus-chars") {
             c.corpus_chars = detail::parse_int<std::size_t>(opt, v, 20'000, std::size_t{1} << 31);
+            corpus_chars_given = true;
         } else if (opt == "--shards") {
             c.shards = detail::parse_enum<shard_mode>(opt, v, shard_names);
         } else if (opt == "--eval-size") {
@@ -657,7 +691,7 @@ inline sim_config parse_cli(std::span<const std::string> args) {
                 const std::string_view item = v.substr(pos, plus == std::string_view::npos ? v.npos : plus - pos);
                 network_config net = detail::parse_network(opt, item);
                 for (const auto& prev : c.networks)
-                    if (prev.label == net.label) detail::bad_value(opt, v, "lists '" + net.label + "' twice");
+                    if (prev.label == net.label) detail::bad_value(opt, v, "lists " + quoted_value(net.label) + " twice");
                 c.networks.push_back(std::move(net));
                 if (plus == std::string_view::npos) break;
                 pos = plus + 1;
@@ -672,6 +706,8 @@ inline sim_config parse_cli(std::span<const std::string> args) {
         }
     }
 
+    if (corpus_chars_given && !c.data_file.empty())
+        throw usage_error("--corpus-chars: applies to the generated corpus only, not with --data");
     const bool gpt = c.model.kind == model_kind::gpt;
     if (gpt && !mlp_only.empty())
         throw usage_error(mlp_only.front() + ": applies to --model mlp only (the gpt's width is --d-model)");

@@ -68,10 +68,14 @@ inline std::string csv_line(const eval_row& r) {
 // after each run, so an interrupted comparison keeps the runs that finished.
 class csv_writer {
 public:
+    // Opens the file and writes the header through to it, so a file that cannot be written
+    // (a full disk, /dev/full) is a usage_error now rather than after the first run.
     explicit csv_writer(const std::string& path, const std::vector<network_config>& networks = {})
         : out_(path, std::ios::trunc) {
-        if (!out_) throw usage_error("--csv: cannot open '" + path + "' for writing");
+        if (!out_) throw usage_error("--csv: cannot open " + quoted_value(path) + " for writing");
         out_ << csv_header_for(networks) << '\n';
+        out_.flush();
+        if (!out_) throw usage_error("--csv: cannot write to " + quoted_value(path));
     }
     void write(const run_result& run) {
         for (const auto& r : run.rows) out_ << csv_line(r) << '\n';

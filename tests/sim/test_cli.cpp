@@ -7,10 +7,17 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <initializer_list>
+#include <iterator>
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include <sys/stat.h>
 
 using namespace trickle_sim;
 
@@ -22,14 +29,15 @@ sim_config parse(std::initializer_list<std::string> args) {
 }
 
 // The usage_error message for these arguments ("" when they parse).
-std::string error_of(std::initializer_list<std::string> args) {
+std::string error_of_args(const std::vector<std::string>& args) {
     try {
-        parse(args);
+        parse_cli(args);
     } catch (const usage_error& e) {
         return e.what();
     }
     return "";
 }
+std::string error_of(std::initializer_list<std::string> args) { return error_of_args(std::vector<std::string>(args)); }
 
 struct cli_result {
     int code;
@@ -507,4 +515,240 @@ TEST_CASE("cli: bad streaming, overlap and network input exits 2 naming the opti
     CHECK(r.code == 2);
     CHECK(r.out.empty());
     CHECK(r.err.find("--network: unknown unit 'Tbps'") != std::string::npos);
+}
+
+TEST_CASE("cli: a real value other than 0 must be a normal fp32 number; 0 stays allowed where the range has it") {
+    // Options whose value must be positive, each with what else it needs.
+    const std::vector<std::vector<std::string>> positive = {
+        {"--lr"},
+        {"--strategy", "sparta", "--fraction"},
+        {"--strategy", "sparta", "--fraction-schedule", "linear", "--fraction-end"},
+        {"--strategy", "diloco", "--outer-lr"},
+        {"--strategy", "diloco", "--outer-lr-schedule", "cosine", "--outer-lr-end"},
+        {"--strategy", "diloco", "--outer-codec", "int8", "--error-feedback"},
+        {"--network", "internet", "--step-time"},
+    };
+    for (const auto& prefix : positive) {
+        const std::string opt = prefix.back();
+        for (const char* tiny : {"1e-300", "1e-40", "-1e-300"}) { // 0 in fp32, a subnormal, -0
+            CAPTURE(opt);
+            CAPTURE(tiny);
+            std::vector<std::string> args = prefix;
+            args.emplace_back(tiny);
+            const std::string msg = error_of_args(args);
+            CHECK_MESSAGE(msg == opt + ": rounds to 0 or a subnormal in fp32 (the smallest normal is about 1.2e-38), got '" +
+                                     tiny + "'",
+                          "got: ", msg);
+        }
+        std::vector<std::string> args = prefix;
+        args.emplace_back("1.2e-38"); // fp32's smallest normal is 1.17549e-38
+        CHECK_MESSAGE(error_of_args(args).empty(), opt);
+    }
+    CHECK(parse({"--lr", "1.2e-38"}).lr > 0);
+    CHECK(std::isnormal(parse({"--lr", "1e-30"}).lr));
+
+    // 0 is a legitimate weight decay, clip, momentum, drop probability, prune fraction and mix;
+    // a tiny value other than 0 is not.
+    CHECK(parse({"--weight-decay", "0"}).weight_decay == 0.0f);
+    CHECK(parse({"--clip", "0"}).clip == 0.0f);
+    CHECK(parse({"--strategy", "diloco", "--outer-momentum", "0"}).outer_momentum == 0.0);
+    CHECK(parse({"--strategy", "diloco", "--drop-prob", "0", "--prune", "0"}).prune == 0.0);
+    CHECK(parse({"--strategy", "streaming-diloco", "--mix", "0"}).mix == 0.0);
+    CHECK(error_of({"--weight-decay", "1e-300"}).find("--weight-decay: rounds to 0 or a subnormal in fp32") == 0);
+    CHECK(error_of({"--clip", "1e-45"}).find("--clip: rounds to 0 or a subnormal in fp32") == 0);
+    CHECK(error_of({"--clip", "1e39"}) == "--clip: is beyond fp32's range (about 3.4e38), got '1e39'");
+
+    const auto r = run({"--lr", "1e-300"});
+    CHECK(r.code == 2);
+    CHECK(r.out.empty());
+    CHECK(r.err == "trickle-sim: --lr: rounds to 0 or a subnormal in fp32 (the smallest normal is about 1.2e-38), "
+                   "got '1e-300'\n");
+    const auto o = run({"--strategy", "diloco", "--outer-lr", "1e-300"});
+    CHECK(o.code == 2);
+    CHECK(o.out.empty());
+    CHECK(o.err.find("--outer-lr: rounds to 0 or a subnormal in fp32") != std::string::npos);
+}
+
+TEST_CASE("cli: echoed values have their control bytes escaped, so every message is one line") {
+    CHECK(printable("plain text, UTF-8 \xc3\xa9") == "plain text, UTF-8 \xc3\xa9");
+    CHECK(printable(std::string("a\nb\tc\rd\x1b" "e\x7f" "f\\g\0h", 15)) == "a\\nb\\tc\\rd\\x1be\\x7ff\\\\g\\x00h");
+    CHECK(quoted_value("x\ny") == "'x\\ny'");
+
+    struct bad {
+        std::initializer_list<std::string> args;
+        const char* message;
+    };
+    const bad cases[] = {
+        {{"--workers", "2\n3"}, "--workers: expected an integer, got '2\\n3'"},
+        {{"--bo\ngus", "1"}, "unknown option '--bo\\ngus' (see --help)"},
+        {{"--bo\x01gus=1"}, "unknown option '--bo\\x01gus' (see --help)"},
+        {{"stray\targ"}, "unexpected argument 'stray\\targ' (options start with --; see --help)"},
+        {{"--strategy", "ddp,ddp\n"}, "--strategy: expected one of ddp|none|sparta|diloco|sparta-diloco|streaming-diloco, got 'ddp\\n'"},
+        {{"--model", "gpt\r"}, "--model: expected one of mlp|gpt, got 'gpt\\r'"},
+        {{"--lr", "0.1\n"}, "--lr: expected a finite number, got '0.1\\n'"},
+        {{"--workers", "a\\b"}, "--workers: expected an integer, got 'a\\\\b'"},
+        {{"--network", "1Gbps,5m\ns"}, "--network: unknown unit 'm\\ns' of the latency (expected us|ms|s), got '1Gbps,5m\\ns'"},
+        {{"--network", "lan\x7f"}, "got 'lan\\x7f'"},
+    };
+    for (const auto& c : cases) {
+        CAPTURE(c.message);
+        const std::string msg = error_of(c.args);
+        CHECK_MESSAGE(msg.find(c.message) != std::string::npos, "got: ", msg);
+        CHECK(msg.find('\n') == std::string::npos);
+    }
+
+    // Through run_cli: one line on stderr, for a parse error and for a file name.
+    for (const auto& args : {std::vector<std::string>{"--eval-size", "1\n2"},
+                             std::vector<std::string>{"--data", "/nonexistent/trickle\nsim.txt", "--quiet"},
+                             std::vector<std::string>{"--csv", "/nonexistent/dir\n/out.csv", "--quiet", "--corpus-chars",
+                                                      "20000", "--strategy", "none", "--steps", "1"}}) {
+        std::ostringstream out, err;
+        CHECK(run_cli(args, out, err) == 2);
+        const std::string e = err.str();
+        CAPTURE(e);
+        CHECK(std::count(e.begin(), e.end(), '\n') == 1);
+        CHECK(e.back() == '\n');
+        CHECK(e.find("\\n") != std::string::npos);
+        CHECK(out.str().empty());
+    }
+}
+
+TEST_CASE("cli: --corpus-chars with --data is refused, not ignored") {
+    CHECK(error_of({"--data", "x.txt", "--corpus-chars", "30000"}) ==
+          "--corpus-chars: applies to the generated corpus only, not with --data");
+    CHECK(error_of({"--corpus-chars=30000", "--data=x.txt"}) ==
+          "--corpus-chars: applies to the generated corpus only, not with --data");
+    CHECK(parse({"--corpus-chars", "30000"}).corpus_chars == 30000);
+    const auto r = run({"--data", "/nonexistent/x.txt", "--corpus-chars", "30000"});
+    CHECK(r.code == 2);
+    CHECK(r.out.empty());
+    CHECK(r.err == "trickle-sim: --corpus-chars: applies to the generated corpus only, not with --data\n");
+}
+
+TEST_CASE("cli: a --block-size larger than the model is refused before training") {
+    const std::initializer_list<std::string> small_model = {
+        "--strategy", "sparta", "--sampler", "block", "--steps", "1", "--corpus-chars", "20000", "--context", "2",
+        "--embed", "2", "--hidden", "4", "--layers", "1", "--eval-size", "8", "--quiet"};
+    const sim_config cfg = parse(small_model);
+    const dataset data = prepare_data(cfg);
+    const std::size_t n = parameter_count(cfg.model, data.vocab());
+
+    // The check alone: the model's size is allowed, one more is not.
+    sim_config fits = cfg;
+    fits.block_size = static_cast<int>(n);
+    CHECK_NOTHROW(check_model_size(fits, data));
+    sim_config too_big = cfg;
+    too_big.block_size = static_cast<int>(n) + 1;
+    const std::string expected =
+        "--block-size: " + std::to_string(n + 1) + " is larger than the model's " + std::to_string(n) + " parameters";
+    CHECK_THROWS_WITH_AS(check_model_size(too_big, data), expected.c_str(), usage_error);
+    // Only the block sampler has blocks.
+    sim_config uniform = too_big;
+    uniform.sampler = sampler_kind::uniform;
+    CHECK_NOTHROW(check_model_size(uniform, data));
+
+    // The whole program: exit 2 before the header or a CSV, instead of allocating 2^31 floats.
+    const sim_test::temp_file csv("block.csv");
+    std::vector<std::string> args(small_model);
+    for (const char* a : {"--block-size", "2147483647", "--csv"}) args.emplace_back(a);
+    args.push_back(csv.path());
+    std::ostringstream out, err;
+    CHECK(run_cli(args, out, err) == 2);
+    CHECK(out.str().empty());
+    CHECK(err.str() == "trickle-sim: --block-size: 2147483647 is larger than the model's " + std::to_string(n) +
+                           " parameters\n");
+    CHECK_FALSE(std::filesystem::exists(csv.path()));
+}
+
+TEST_CASE("cli: a --data file that cannot be read exits 2 before training") {
+    if (std::filesystem::exists("/proc/self/mem")) {
+        // A regular file by stat, but reading it from offset 0 fails (EIO): not "empty".
+        const auto r = run({"--data", "/proc/self/mem", "--quiet"});
+        CHECK(r.code == 2);
+        CHECK(r.out.empty());
+        CHECK_MESSAGE(r.err.find("trickle-sim: --data: cannot read '/proc/self/mem': ") == 0, r.err);
+    }
+    auto r = run({"--data", std::filesystem::temp_directory_path().string(), "--quiet"});
+    CHECK(r.code == 2);
+    CHECK(r.err.find("--data: '" + std::filesystem::temp_directory_path().string() + "' is not a regular file") !=
+          std::string::npos);
+    r = run({"--data", "/nonexistent/trickle-sim-missing.txt", "--quiet"});
+    CHECK(r.code == 2);
+    CHECK(r.out.empty());
+    CHECK(r.err == "trickle-sim: --data: file '/nonexistent/trickle-sim-missing.txt' does not exist\n");
+}
+
+TEST_CASE("cli: a --csv that cannot be written exits 2 before training") {
+    const std::initializer_list<std::string> quick = {"--strategy", "none", "--steps", "1", "--corpus-chars", "20000",
+                                                      "--hidden", "4", "--embed", "2", "--context", "2",
+                                                      "--eval-size", "8", "--quiet"};
+    const auto run_with_csv = [&](const std::string& path, std::vector<std::string> extra = {}) {
+        std::vector<std::string> args(quick);
+        args.emplace_back("--csv");
+        args.push_back(path);
+        args.insert(args.end(), extra.begin(), extra.end());
+        std::ostringstream out, err;
+        const int code = run_cli(args, out, err);
+        return cli_result{code, out.str(), err.str()};
+    };
+
+    // A device: refused by its type, before it is opened.
+    if (std::filesystem::exists("/dev/full")) {
+        const auto r = run_with_csv("/dev/full");
+        CHECK(r.code == 2);
+        CHECK(r.out.empty());
+        CHECK(r.err == "trickle-sim: --csv: '/dev/full' is not a regular file\n");
+        // A write that fails (ENOSPC) is found when the header is flushed, not after a run.
+        CHECK_THROWS_WITH_AS(csv_writer("/dev/full"), "--csv: cannot write to '/dev/full'", usage_error);
+    }
+
+    // A directory, and a path in a directory that does not exist.
+    auto r = run_with_csv(std::filesystem::temp_directory_path().string());
+    CHECK(r.code == 2);
+    CHECK(r.out.empty());
+    CHECK(r.err.find("is not a regular file") != std::string::npos);
+    r = run_with_csv("/nonexistent/dir/out.csv");
+    CHECK(r.code == 2);
+    CHECK(r.out.empty());
+    CHECK(r.err == "trickle-sim: --csv: cannot open '/nonexistent/dir/out.csv' for writing\n");
+
+    // A FIFO: opening it for writing would block until a reader came; refused from its stat.
+    {
+        const sim_test::temp_file fifo("out.fifo");
+        REQUIRE(::mkfifo(fifo.path().c_str(), 0600) == 0);
+        r = run_with_csv(fifo.path());
+        CHECK(r.code == 2);
+        CHECK(r.out.empty());
+        CHECK(r.err == "trickle-sim: --csv: '" + fifo.path() + "' is not a regular file\n");
+    }
+
+    // The --data file, by its own name or another (a symbolic link): refused, text untouched.
+    {
+        std::string text;
+        for (int i = 0; i < 400; ++i) text += "the quick brown fox jumps over the lazy dog. ";
+        const sim_test::temp_file data("same.txt", text);
+        const sim_test::temp_file link("same-link.txt");
+        std::filesystem::create_symlink(data.path(), link.path());
+        for (const std::string& csv_path : {data.path(), link.path()}) {
+            CAPTURE(csv_path);
+            std::vector<std::string> args = {"--strategy", "none", "--steps", "1", "--hidden", "4", "--embed", "2",
+                                             "--context", "2", "--eval-size", "8", "--quiet", "--data", data.path(),
+                                             "--csv", csv_path};
+            std::ostringstream out, err;
+            CHECK(run_cli(args, out, err) == 2);
+            CHECK(out.str().empty());
+            CHECK(err.str() == "trickle-sim: --csv: '" + csv_path +
+                                   "' is the --data file; writing the CSV would overwrite the training text\n");
+            std::ifstream in(data.path(), std::ios::binary);
+            CHECK(std::string(std::istreambuf_iterator<char>(in), {}) == text);
+        }
+    }
+
+    // A regular file that exists is fine (it is replaced), as is a new one.
+    const sim_test::temp_file fresh("fresh.csv");
+    r = run_with_csv(fresh.path());
+    CHECK(r.code == 0);
+    CHECK(std::filesystem::is_regular_file(fresh.path()));
+    r = run_with_csv(fresh.path());
+    CHECK(r.code == 0);
 }
