@@ -73,16 +73,19 @@ fi
 
 # The carried runtime libraries, and NCCL wherever this machine keeps it.
 export LD_LIBRARY_PATH="$build/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-if ! ldconfig -p 2> /dev/null | grep -q libnccl.so.2; then
+# The Python wheel's NCCL first: a machine's system NCCL may be older than the one trickle
+# was built against (an H200 machine had Debian's 2.28.3, without ncclCommRevoke, beside
+# the wheel's 2.28.9).
+{
     nccl_dir=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' 2> /dev/null || true)
-    [[ -n "$nccl_dir" && -d "$nccl_dir" ]] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$nccl_dir"
+    [[ -n "$nccl_dir" && -d "$nccl_dir" ]] && export LD_LIBRARY_PATH="$nccl_dir:$LD_LIBRARY_PATH"
     if [[ -z "$nccl_dir" ]]; then # another wheel layout (nvidia/cu13/lib, say): look for the library itself
         site=$(python3 -c 'import site; print(" ".join(site.getsitepackages()))' 2> /dev/null || true)
         lib=$(find $site -name 'libnccl.so.2' 2> /dev/null | head -1)
-        [[ -n "$lib" ]] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$(dirname "$lib")"
+        [[ -n "$lib" ]] && export LD_LIBRARY_PATH="$(dirname "$lib"):$LD_LIBRARY_PATH"
     fi
     for d in /usr/local/cuda/lib64 /usr/local/cuda/lib; do [[ -d $d ]] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$d"; done
-fi
+}
 log "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
 
 # 3. Every CUDA test: the binaries themselves (ctest files hold the build machine's paths,

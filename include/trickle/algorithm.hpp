@@ -7,3 +7,4 @@
 #include <trickle/algorithm/instantiate.hpp>
 #include <trickle/algorithm/sparta.hpp>
 #include <trickle/algorithm/stats.hpp>
+#include <trickle/algorithm/membership.hpp>

@@ -7,3 +7,4 @@
 #include <trickle/comm/local_cuda.hpp>
 #include <trickle/comm/mpi.hpp>
 #include <trickle/comm/nccl.hpp>
+#include <trickle/comm/elastic.hpp>

@@ -23,11 +23,12 @@ TRICKLE_NAMESPACE_BEGIN
 
 namespace detail {
 
-// What differs between rank 0's record and rank r's, as "field: rank 0 has X, rank r has Y".
-inline std::vector<std::string> record_differences(const config_record& a, const config_record& b, int rb) {
+// What differs between rank ra's record (rank 0's by default) and rank rb's, as
+// "field: rank ra has X, rank rb has Y".
+inline std::vector<std::string> record_differences(const config_record& a, const config_record& b, int rb, int ra = 0) {
     std::vector<std::string> out;
     if (a.kind() != b.kind())
-        out.push_back(concat("algorithm: rank 0 has '", a.kind(), "', rank ", rb, " has '", b.kind(), "'"));
+        out.push_back(concat("algorithm: rank ", ra, " has '", a.kind(), "', rank ", rb, " has '", b.kind(), "'"));
     const auto& fa = a.fields();
     const auto& fb = b.fields();
     for (const auto& [name, va] : fa) {
@@ -35,26 +36,25 @@ inline std::vector<std::string> record_differences(const config_record& a, const
         for (const auto& [nb, v] : fb)
             if (nb == name) vb = &v;
         if (vb == nullptr)
-            out.push_back(concat(name, ": rank 0 has ", va, ", rank ", rb, " does not set it"));
+            out.push_back(concat(name, ": rank ", ra, " has ", va, ", rank ", rb, " does not set it"));
         else if (*vb != va)
-            out.push_back(concat(name, ": rank 0 has ", va, ", rank ", rb, " has ", *vb));
+            out.push_back(concat(name, ": rank ", ra, " has ", va, ", rank ", rb, " has ", *vb));
     }
     for (const auto& [nb, vb] : fb) {
         bool found = false;
         for (const auto& [na, va] : fa) found = found || na == nb;
-        if (!found) out.push_back(concat(nb, ": rank ", rb, " has ", vb, ", rank 0 does not set it"));
+        if (!found) out.push_back(concat(nb, ": rank ", rb, " has ", vb, ", rank ", ra, " does not set it"));
     }
     return out;
 }
 
 } // namespace detail
 
-// Collective: gathers every rank's record. Throws trickle::invalid_argument on every rank
-// if any rank reported a validation error (naming the lowest such rank), and
-// trickle::mismatch_error on every rank if any field differs from rank 0's.
-// Uses host memory; communicators over device memory provide agree_bytes for this.
+namespace detail {
+
+// Collective: every rank's record, in rank order (two all_gather_bytes calls).
 template <communicator Comm>
-void agree(Comm& comm, const config_record& mine) {
+std::vector<config_record> gather_records(Comm& comm, const config_record& mine) {
     const std::string blob = mine.serialize();
     const int N = comm.size();
     std::vector<std::uint64_t> lengths(static_cast<std::size_t>(N));
@@ -66,11 +66,23 @@ void agree(Comm& comm, const config_record& mine) {
     std::memcpy(padded.data(), blob.data(), blob.size());
     std::vector<char> all(width * static_cast<std::size_t>(N));
     comm.all_gather_bytes(padded.data(), all.data(), width);
-
     std::vector<config_record> records;
     for (int r = 0; r < N; ++r)
         records.push_back(config_record::parse(
             std::string(all.data() + r * width, lengths[static_cast<std::size_t>(r)])));
+    return records;
+}
+
+} // namespace detail
+
+// Collective: gathers every rank's record. Throws trickle::invalid_argument on every rank
+// if any rank reported a validation error (naming the lowest such rank), and
+// trickle::mismatch_error on every rank if any field differs from rank 0's.
+// Uses host memory; communicators over device memory provide agree_bytes for this.
+template <communicator Comm>
+void agree(Comm& comm, const config_record& mine) {
+    const int N = comm.size();
+    const std::vector<config_record> records = detail::gather_records(comm, mine);
     for (int r = 0; r < N; ++r)
         if (!records[r].error().empty())
             throw invalid_argument(N > 1 ? detail::concat("rank ", r, ": ", records[r].error())

@@ -19,6 +19,7 @@
 #include <trickle/algorithm/detail/erased.hpp>
 #include <trickle/kernels/prune.hpp>
 #include <trickle/algorithm/flat_params.hpp>
+#include <trickle/algorithm/membership.hpp>
 #include <trickle/algorithm/sparta.hpp>
 #include <trickle/algorithm/stats.hpp>
 #include <trickle/comm/communicator.hpp>
@@ -40,6 +41,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <istream>
 #include <memory>
 #include <optional>
@@ -80,16 +82,15 @@ struct diloco_options {
     // say) and calls outer_step(exec) on every worker at once; step() only counts inner
     // steps, which may then differ between workers. Pair with set_weight(tokens).
     bool manual_outer = false;
+    // Elastic membership (over comm::elastic_local; docs/elastic.md): an outer step runs only
+    // with at least min_workers in the view (otherwise training goes on locally and the next
+    // outer step tries again); join: this object is built by a worker joining a running
+    // group, which takes the global state from a live member instead of the initial broadcast.
+    int min_workers = 1;
+    bool join = false;
 };
 
 namespace detail {
-
-// Launches body.run() over [0, n) in chunks sized for the execution space.
-template <class Exec, class Body>
-void run_ranges(const Exec& ex, std::size_t n, const Body& body) {
-    const auto r = ranges<typename Exec::memory_space>(body, n);
-    for_each_index(ex, r.calls(), r);
-}
 
 // Whether `rank`'s contribution to outer step `outer_index` is dropped: a pure function
 // of the shared seed, so every worker computes the same answer for every worker.
@@ -127,14 +128,27 @@ public:
     // that the weights do not sum to zero, then (by default) gives every worker rank 0's
     // parameters and takes them as the first snapshot.
     diloco_engine(const param_group<T, Space>& group, Comm& comm, diloco_options options, Outer outer = {},
-                  Topology topology = {}, Codec codec = {})
+                  Topology topology = {}, Codec codec = {}, detail::membership_role role = detail::membership_role::own)
         : comm_(comm), options_(options), outer_(std::move(outer)), topology_(std::move(topology)),
-          codec_(detail::wire_codec_of<wire_codec>(codec)) {
+          codec_(detail::wire_codec_of<wire_codec>(codec)), delegated_(role == detail::membership_role::delegated) {
         config_record rec = describe(group);
         // A checkpoint may be restored into an object built with or without the initial
         // broadcast (a resumed run must not overwrite its parameters with rank 0's), so
         // that option is agreed on but not part of the checkpoint's configuration hash.
         config_hash_ = detail::fnv1a(rec.serialize());
+        mstats_.workers = comm_.size();
+        if constexpr (elastic) {
+            elastic_record_ = rec;
+            if (options_.join) {
+                if (delegated_)
+                    prepare_joiner(group);
+                else
+                    start_joining(group);
+                return;
+            }
+        } else if (options_.join) {
+            throw invalid_argument("diloco: join needs an elastic communicator (comm::elastic_local)");
+        }
         rec.add("broadcast_initial", options_.broadcast_initial);
         agree(comm_, rec);
         check_weights();
@@ -179,10 +193,13 @@ public:
             else if (due)
                 outer_step_cuda(ex);
         } else {
-            if (streaming_)
+            if (streaming_) {
                 streaming_step(ex, t);
-            else if (due)
-                run_outer_step(ex);
+            } else if (due) {
+                steps_pending_ = 1; // a joiner admitted now resumes after this step
+                outer_round(ex);
+                steps_pending_ = 0;
+            }
         }
         stats_.steps = t + 1;
         stats_.dense_bytes += dense_per_step_;
@@ -200,8 +217,14 @@ public:
             detail::check_step_exec(ex, ex_, kind);
             outer_step_cuda(ex);
         } else {
-            run_outer_step(ex);
+            outer_round(ex);
         }
+    }
+
+    // Counts an inner step without any outer step (sparta_diloco, below quorum).
+    void count_step() {
+        ++stats_.steps;
+        stats_.dense_bytes += dense_per_step_;
     }
 
     // This worker's weight in the coming outer steps, e.g. the tokens or samples it processed
@@ -238,6 +261,8 @@ public:
 
     const exchange_stats& stats() const { return stats_; }
     const diloco_options& options() const { return options_; }
+    // Membership: the view, its changes, quorum, retried and skipped rounds (docs/elastic.md).
+    const membership_stats& membership() const { return mstats_; }
     std::uint64_t outer_steps_applied() const { return outer_t_; }
     std::uint64_t outer_steps_skipped() const { return skipped_; }
 
@@ -341,11 +366,116 @@ public:
         attempts_ = attempts;
     }
 
+    // ---- The membership protocol's hooks (algorithm/membership.hpp), over an elastic
+    // communicator. The global state every replica shares: the snapshot, the outer
+    // optimizer's state and the round counters; the step counter travels to joiners too.
+    config_record elastic_record() const { return elastic_record_; }
+
+    std::string transfer_state() const {
+        std::ostringstream os;
+        detail::checkpoint_writer w(os);
+        w.header("diloco-transfer", config_hash_);
+        const std::uint64_t counters[5] = {stats_.steps + steps_pending_, stats_.exchanges, outer_t_, skipped_,
+                                           attempts_};
+        w.section("counters", counters, sizeof counters);
+        w.section("snapshot", snapshot_, n_ * sizeof(float));
+        w.section("outer_state", state_, state_floats_ * sizeof(float));
+        w.finish();
+        return os.str();
+    }
+
+    void receive_state(const std::string& blob) {
+        std::istringstream is(blob);
+        detail::checkpoint_reader r(is);
+        r.header("diloco-transfer", config_hash_);
+        std::uint64_t counters[5] = {};
+        r.section("counters", counters, sizeof counters);
+        std::vector<float> snap(n_), state(state_floats_);
+        r.section("snapshot", snap.data(), n_ * sizeof(float));
+        r.section("outer_state", state.data(), state_floats_ * sizeof(float));
+        r.finish();
+        std::copy(snap.begin(), snap.end(), snapshot_);
+        std::copy(state.begin(), state.end(), state_);
+        stats_.steps = counters[0];
+        stats_.exchanges = counters[1];
+        outer_t_ = counters[2];
+        skipped_ = counters[3];
+        attempts_ = counters[4];
+        // The joiner starts from the global model.
+        detail::run_ranges(exec::host{}, n_, params_from_snapshot_body<T>{flat_.view(), snapshot_, 0});
+    }
+
+    std::uint32_t global_hash() const {
+        const std::uint64_t counters[3] = {outer_t_, skipped_, attempts_};
+        std::uint32_t h = crc32c(counters, sizeof counters);
+        h = crc32c(snapshot_, n_ * sizeof(float), h);
+        return crc32c(state_, state_floats_ * sizeof(float), h);
+    }
+
+    void round_backup() {
+        backup_ = {outer_t_, skipped_, attempts_, stats_};
+        if (feedback()) residual_backup_ = residual_;
+    }
+    void round_rollback() {
+        outer_t_ = backup_.outer_t;
+        skipped_ = backup_.skipped;
+        attempts_ = backup_.attempts;
+        stats_ = backup_.stats;
+        if (feedback()) residual_ = residual_backup_;
+    }
+    void view_changed() {
+        dense_per_step_ = detail::all_reduce_bytes(n_, sizeof(float), comm_.size(), comm_.rank());
+        if constexpr (!on_device && byte_communicator<Comm>) {
+            if constexpr (sparsified) {
+                if (codec_.error().empty()) codec_.reserve_scratch(codec_scratch_, n_, comm_.size());
+            } else if (summed_) {
+                codec_scratch_.reserve(codec_, n_, comm_.size());
+            }
+        }
+    }
+
 private:
+    static constexpr bool elastic = comm::elastic_communicator<Comm>;
+
+    // One outer step; over an elastic communicator under the membership protocol.
+    template <class Exec>
+    void outer_round(const Exec& ex) {
+        if constexpr (elastic)
+            if (!delegated_) {
+                detail::elastic_round(comm_, *this, mstats_, options_.min_workers, std::nullopt, kind,
+                                      [&] { run_outer_step(ex); });
+                return;
+            }
+        run_outer_step(ex);
+    }
+
+    // A joiner's construction: admitted at the members' next outer step, it takes the state
+    // and then takes part in that outer step with weight 0 (its delta is zero).
+    void prepare_joiner(const param_group<T, Space>& group) {
+        n_ = group.total_size();
+        ex_ = detail::place_group(comm_, group, kind, flat_, ws_, options_.device_pool);
+        allocate();
+    }
+
+    void start_joining(const param_group<T, Space>& group) {
+        prepare_joiner(group);
+        const comm::membership_change admitted = comm_.join();
+        const float weight = options_.weight;
+        options_.weight = 0.0f;
+        try {
+            detail::elastic_round(comm_, *this, mstats_, options_.min_workers, admitted, kind,
+                                  [&] { run_outer_step(exec::host{}); });
+        } catch (...) {
+            options_.weight = weight;
+            throw;
+        }
+        options_.weight = weight;
+    }
+
     config_record describe(const param_group<T, Space>& group) const {
         config_record rec(kind);
         rec.add("trickle", detail::concat(TRICKLE_VERSION_MAJOR, '.', TRICKLE_VERSION_MINOR));
-        detail::describe_group(rec, group, comm_.size());
+        detail::describe_group(rec, group, elastic ? -1 : comm_.size());
         const auto& o = options_;
         rec.add("interval", o.interval)
             .add("seed", o.seed)
@@ -366,6 +496,10 @@ private:
         detail::describe_topology(topology_, rec, comm_.size());
         detail::describe_codec<Comm, Space>(codec_, topology_, rec, kind, options_.stochastic_rounding);
         describe_streaming(group, rec);
+        detail::describe_membership(rec, comm_, o.min_workers, o.join, kind, detail::is_all_reduce(topology_),
+                                    o.fragments > 1 || o.fragment_tensors.size() > 1 || o.overlap_steps > 0 ||
+                                        o.mix > 0.0,
+                                    "streaming (fragments, overlap_steps, mix)");
         if (!(o.error_feedback >= 0.0 && o.error_feedback <= 1.0))
             rec.set_error(detail::concat("diloco: error_feedback must be in [0, 1], got ", o.error_feedback));
         else if (o.error_feedback > 0.0 && detail::plain_codec(codec_))
@@ -563,7 +697,9 @@ private:
             // outer gradient at once): the delta pass and the encoding, and the decoding
             // and the outer update, run tile by tile, and the fp32 outer gradient is never
             // stored.
-            if (summed_ && options_.prune_fraction == 0.0) {
+            // (Not over an elastic communicator: a round there must leave the snapshot
+            // untouched until its collectives have all completed.)
+            if (summed_ && options_.prune_fraction == 0.0 && !elastic) {
                 fused_outer_step(w, buf + n_);
                 count_outer_step(before);
                 return;
@@ -904,6 +1040,16 @@ private:
     std::uint64_t skipped_ = 0;   // outer steps skipped because every contribution was dropped
     std::uint64_t attempts_ = 0;  // outer rounds completed (applied + skipped)
     std::uint64_t dense_per_step_ = 0;
+    // Membership (elastic communicators).
+    bool delegated_ = false; // sparta_diloco runs the protocol for both its parts
+    membership_stats mstats_{};
+    config_record elastic_record_;
+    std::uint64_t steps_pending_ = 0; // 1 inside step(): the step a joiner resumes after
+    struct round_state {
+        std::uint64_t outer_t = 0, skipped = 0, attempts = 0;
+        exchange_stats stats{};
+    } backup_{};
+    std::vector<float> residual_backup_;
     std::uint64_t config_hash_ = 0;
     std::vector<std::uint64_t> prune_keys_;
     detail::prune_scratch prune_scratch_;
@@ -979,10 +1125,17 @@ void diloco_engine<Outer, Topology, T, Space, Comm, Codec>::outer_step_cuda(cons
 template <class Sampler, class Schedule, class Topology, class Outer, class T, class Space, class Comm,
           class Codec = codec::fp32, class OuterCodec = codec::fp32>
 class sparta_diloco_engine {
-    static sparta_options without_broadcast(sparta_options o) {
+    // The SPARTA part's options (no broadcast of its own). Checked before either part is
+    // built, on every worker alike: both parts' constructors are collective.
+    static sparta_options sparta_part(sparta_options o, const diloco_options& d) {
+        if (o.join != d.join)
+            throw invalid_argument("sparta_diloco: join must be set in both the SPARTA and the DiLoCo options, or in neither");
         o.broadcast_initial = false;
         return o;
     }
+    static constexpr bool elastic = comm::elastic_communicator<Comm>;
+    static constexpr detail::membership_role part_role =
+        elastic ? detail::membership_role::delegated : detail::membership_role::own;
 
 public:
     using memory_space = Space;
@@ -991,21 +1144,42 @@ public:
     sparta_diloco_engine(const param_group<T, Space>& group, Comm& comm, sparta_options sparse, diloco_options outer_opts,
                          Sampler sampler = {}, Schedule schedule = {}, Topology topology = {}, Outer outer = {},
                          Codec codec = {}, OuterCodec outer_codec = {})
-        : sparse_(group, comm, without_broadcast(sparse), std::move(sampler), std::move(schedule), topology,
-                  std::move(codec)),
-          outer_(group, comm, outer_opts, std::move(outer), topology, std::move(outer_codec)) {
+        : comm_(comm), sparse_(group, comm, sparta_part(sparse, outer_opts), std::move(sampler), std::move(schedule), topology,
+                  std::move(codec), part_role),
+          outer_(group, comm, outer_opts, std::move(outer), topology, std::move(outer_codec), part_role),
+          min_workers_(std::max(sparse.min_workers, outer_opts.min_workers)) {
+        mstats_.workers = comm.size();
+        if constexpr (elastic) {
+            if (outer_opts.join) {
+                // Admitted at the members' next round: a step of theirs. It takes both parts'
+                // states, then that step with weight 0 in an outer step.
+                const comm::membership_change admitted = comm_.join();
+                const float weight = outer_.options().weight;
+                outer_.set_weight(0.0f);
+                try {
+                    run_elastic(exec::host{}, admitted);
+                } catch (...) {
+                    outer_.set_weight(weight);
+                    throw;
+                }
+                outer_.set_weight(weight);
+            }
+        }
         combine();
     }
 
     template <class Exec>
     void step(const Exec& ex) {
-        if (outer_.outer_step_due()) {
-            sparse_.flush(ex); // an overlapped SPARTA exchange lands before the outer step
-            sparse_.skip_step();
+        if constexpr (elastic && !std::is_same_v<Exec, exec::cuda>) {
+            // One renewal per step that communicates (an exchange or an outer step), for both parts.
+            const std::uint64_t t = outer_.stats().steps;
+            if (outer_.outer_step_due() || (t + 1) % sparse_.options().interval == 0)
+                run_elastic(ex, std::nullopt);
+            else
+                step_parts(ex);
         } else {
-            sparse_.step(ex);
+            step_parts(ex);
         }
-        outer_.step(ex);
         combine();
     }
 
@@ -1014,8 +1188,58 @@ public:
     template <class Exec>
     void outer_step(const Exec& ex) {
         sparse_.flush(ex);
-        outer_.outer_step(ex);
+        if constexpr (elastic && !std::is_same_v<Exec, exec::cuda>)
+            detail::elastic_round(comm_, *this, mstats_, min_workers_, std::nullopt, kind,
+                                  [&] { outer_.outer_step(ex); });
+        else
+            outer_.outer_step(ex);
         combine();
+    }
+
+    // Membership (over an elastic communicator): one protocol for both parts.
+    const membership_stats& membership() const { return mstats_; }
+
+    // ---- The membership protocol's hooks (algorithm/membership.hpp): both parts' records,
+    // states and hashes together.
+    config_record elastic_record() const {
+        config_record rec(kind);
+        const config_record a = sparse_.elastic_record(), b = outer_.elastic_record();
+        for (const auto& [k, v] : a.fields()) rec.add("sparta." + k, v);
+        for (const auto& [k, v] : b.fields()) rec.add("diloco." + k, v);
+        if (!a.error().empty()) rec.set_error(a.error());
+        if (!b.error().empty()) rec.set_error(b.error());
+        return rec;
+    }
+    std::string transfer_state() const {
+        const std::string a = sparse_.transfer_state();
+        const std::uint64_t len = a.size();
+        std::string out(reinterpret_cast<const char*>(&len), sizeof len);
+        return out + a + outer_.transfer_state();
+    }
+    void receive_state(const std::string& blob) {
+        std::uint64_t len = 0;
+        if (blob.size() < sizeof len) throw invalid_argument("sparta_diloco: the transferred state is truncated");
+        std::memcpy(&len, blob.data(), sizeof len);
+        if (len > blob.size() - sizeof len) throw invalid_argument("sparta_diloco: the transferred state is truncated");
+        // DiLoCo first (it sets the parameters to the snapshot), then SPARTA (the donor's parameters).
+        outer_.receive_state(blob.substr(sizeof len + len));
+        sparse_.receive_state(blob.substr(sizeof len, len));
+    }
+    std::uint32_t global_hash() const {
+        const std::uint32_t h[2] = {sparse_.global_hash(), outer_.global_hash()};
+        return crc32c(h, sizeof h);
+    }
+    void round_backup() {
+        sparse_.round_backup();
+        outer_.round_backup();
+    }
+    void round_rollback() {
+        sparse_.round_rollback();
+        outer_.round_rollback();
+    }
+    void view_changed() {
+        sparse_.view_changed();
+        outer_.view_changed();
     }
     void set_weight(float w) { outer_.set_weight(w); }
 
@@ -1059,14 +1283,38 @@ public:
     }
 
 private:
+    template <class Exec>
+    void step_parts(const Exec& ex) {
+        if (outer_.outer_step_due()) {
+            sparse_.flush(ex); // an overlapped SPARTA exchange lands before the outer step
+            sparse_.skip_step();
+        } else {
+            sparse_.step(ex);
+        }
+        outer_.step(ex);
+    }
+
+    // A step under the membership protocol; below quorum it trains locally (counted only).
+    template <class Exec>
+    void run_elastic(const Exec& ex, std::optional<comm::membership_change> admitted) {
+        if (!detail::elastic_round(comm_, *this, mstats_, min_workers_, std::move(admitted), kind,
+                                   [&] { step_parts(ex); })) {
+            sparse_.skip_step();
+            outer_.count_step();
+        }
+    }
+
     void combine() {
         stats_ = outer_.stats();
         stats_ += sparse_.stats();
         stats_.steps = outer_.stats().steps;
     }
 
+    Comm& comm_;
     sparta_engine<Sampler, Schedule, Topology, T, Space, Comm, Codec> sparse_;
     diloco_engine<Outer, Topology, T, Space, Comm, OuterCodec> outer_;
+    int min_workers_ = 1;
+    membership_stats mstats_{};
     exchange_stats stats_{};
 };
 

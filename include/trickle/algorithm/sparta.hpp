@@ -14,6 +14,7 @@
 #include <trickle/algorithm/detail/device.hpp>
 #include <trickle/algorithm/detail/erased.hpp>
 #include <trickle/algorithm/flat_params.hpp>
+#include <trickle/algorithm/membership.hpp>
 #include <trickle/algorithm/stats.hpp>
 #include <trickle/comm/communicator.hpp>
 #include <trickle/config.hpp>
@@ -57,6 +58,12 @@ struct sparta_options {
     CUmemPoolHandle_st* device_pool = nullptr; // cuda_space: a cudaMemPool_t for trickle's buffers (default pool if null)
     bool overlap = false; // host: apply each exchange's average one step later, corrected for the local change
                           // meanwhile, so the exchange can run while the next step computes (docs/streaming.md)
+    // Elastic membership (over comm::elastic_local; docs/elastic.md): an exchange runs only with
+    // at least min_workers in the view (otherwise the step trains locally and the next exchange
+    // tries again); join: this object is built by a worker joining a running group, which takes
+    // the parameters, step counter and sampler state of a live member.
+    int min_workers = 1;
+    bool join = false;
 };
 
 namespace detail {
@@ -72,13 +79,25 @@ template <class T, class Space>
 void describe_group(config_record& rec, const param_group<T, Space>& g, int workers) {
     std::ostringstream hash;
     hash << std::hex << g.layout_hash();
-    rec.add("workers", workers)
+    // Over an elastic communicator the world's size changes between rounds: "elastic".
+    if (workers < 0)
+        rec.add("workers", "elastic");
+    else
+        rec.add("workers", workers);
+    rec
         .add("dtype", dtype_traits<T>::name)
         .add("memory_space", Space::name)
         .add("tensors", g.tensor_count())
         .add("elements", g.total_size())
         .add("layout_hash", hash.str());
     if (g.empty()) rec.set_error("the parameter group is empty (no tensor with elements)");
+}
+
+// Launches body.run() over [0, n) in chunks sized for the execution space.
+template <class Exec, class Body>
+void run_ranges(const Exec& ex, std::size_t n, const Body& body) {
+    const auto r = ranges<typename Exec::memory_space>(body, n);
+    for_each_index(ex, r.calls(), r);
 }
 
 // When the communicator is bound to a CUDA stream, kernels must run on that stream so
@@ -127,13 +146,28 @@ public:
     // and checks that all workers agree on them and on the layout; throws the same
     // error on every worker otherwise (invalid_argument or mismatch_error).
     sparta_engine(const param_group<T, Space>& group, Comm& comm, sparta_options options, Sampler sampler = {},
-                  Schedule schedule = {}, Topology topology = {}, Codec codec = {})
+                  Schedule schedule = {}, Topology topology = {}, Codec codec = {},
+                  detail::membership_role role = detail::membership_role::own)
         : comm_(comm), options_(options), sampler_(std::move(sampler)), schedule_(std::move(schedule)),
-          topology_(std::move(topology)), codec_(detail::wire_codec_of<wire_codec>(codec)) {
+          topology_(std::move(topology)), codec_(detail::wire_codec_of<wire_codec>(codec)),
+          delegated_(role == detail::membership_role::delegated) {
         config_record rec = describe(group);
         // As in DiLoCo, the initial broadcast is agreed on but is not part of the
         // checkpoint's configuration hash (a resumed run must not overwrite its parameters).
         config_hash_ = detail::fnv1a(rec.serialize());
+        mstats_.workers = comm_.size();
+        if constexpr (elastic) {
+            elastic_record_ = rec;
+            if (options_.join) {
+                if (delegated_)
+                    prepare_joiner(group);
+                else
+                    start_joining(group);
+                return;
+            }
+        } else if (options_.join) {
+            throw invalid_argument("sparta: join needs an elastic communicator (comm::elastic_local)");
+        }
         rec.add("broadcast_initial", options_.broadcast_initial);
         agree(comm_, rec);
         ex_ = detail::place_group(comm_, group, kind, flat_, ws_, options_.device_pool);
@@ -183,6 +217,12 @@ public:
         if ((t + 1) % options_.interval == 0) {
             if constexpr (std::is_same_v<Exec, exec::cuda>) {
                 exchange_cuda(ex, t);
+            } else if constexpr (elastic) {
+                if (delegated_)
+                    exchange(ex, t);
+                else
+                    detail::elastic_round(comm_, *this, mstats_, options_.min_workers, std::nullopt, kind,
+                                          [&] { exchange(ex, t); });
             } else {
                 exchange(ex, t);
             }
@@ -234,6 +274,8 @@ public:
 
     const exchange_stats& stats() const { return stats_; }
     const sparta_options& options() const { return options_; }
+    // Membership: the view, its changes, quorum, retried and skipped rounds (docs/elastic.md).
+    const membership_stats& membership() const { return mstats_; }
     const Sampler& sampler() const { return sampler_; }
     std::size_t size() const { return flat_.total(); }
 
@@ -287,11 +329,90 @@ public:
             if (rekeyed_) copy_elements<cuda_space, host_space>(device_step_.data(), &stats_.steps, 1, ex_);
     }
 
+    // ---- The membership protocol's hooks (algorithm/membership.hpp), over an elastic
+    // communicator. The state every replica shares: the step and exchange counters and the
+    // sampler's state; a joiner also takes the donor's parameters.
+    config_record elastic_record() const { return elastic_record_; }
+
+    std::string transfer_state() const {
+        std::ostringstream os;
+        detail::checkpoint_writer w(os);
+        w.header("sparta-transfer", config_hash_);
+        const std::uint64_t counters[2] = {stats_.steps, stats_.exchanges};
+        w.section("counters", counters, sizeof counters);
+        const std::string sam = sampler_state(sampler_);
+        w.section("sampler", sam.data(), sam.size());
+        std::vector<float> params(flat_.total());
+        detail::run_ranges(exec::host{}, flat_.total(), snapshot_copy_body<T>{flat_.view(), params.data(), 0});
+        w.section("parameters", params.data(), params.size() * sizeof(float));
+        w.finish();
+        return os.str();
+    }
+
+    void receive_state(const std::string& blob) {
+        std::istringstream is(blob);
+        detail::checkpoint_reader r(is);
+        r.header("sparta-transfer", config_hash_);
+        std::uint64_t counters[2] = {};
+        r.section("counters", counters, sizeof counters);
+        Sampler sam = sampler_;
+        std::istringstream ss(r.blob("sampler"));
+        if constexpr (requires { sam.load(ss); }) sam.load(ss);
+        std::vector<float> params(flat_.total());
+        r.section("parameters", params.data(), params.size() * sizeof(float));
+        r.finish();
+        stats_.steps = counters[0];
+        stats_.exchanges = counters[1];
+        sampler_ = std::move(sam);
+        detail::run_ranges(exec::host{}, flat_.total(), params_from_snapshot_body<T>{flat_.view(), params.data(), 0});
+    }
+
+    std::uint32_t global_hash() const {
+        const std::uint64_t counters[2] = {stats_.steps, stats_.exchanges};
+        return crc32c(sampler_state(sampler_), crc32c(counters, sizeof counters));
+    }
+
+    void round_backup() { backup_.emplace(round_state{sampler_, stats_}); }
+    void round_rollback() {
+        sampler_ = backup_->sampler;
+        stats_ = backup_->stats;
+    }
+    void view_changed() {
+        dense_per_step_ = detail::all_reduce_bytes(flat_.total(), sizeof(float), comm_.size(), comm_.rank());
+        if constexpr (!on_device && byte_communicator<Comm>)
+            if (summed_) codec_scratch_.reserve(codec_, capacity_, comm_.size());
+    }
+
 private:
+    static constexpr bool elastic = comm::elastic_communicator<Comm>;
+
+    static std::string sampler_state(const Sampler& s) {
+        std::ostringstream ss;
+        if constexpr (requires { s.save(ss); }) s.save(ss);
+        return ss.str();
+    }
+
+    // A joiner's construction: admitted at the members' next exchange (inside their step t),
+    // it takes the state, then takes part in exchange t, and resumes after step t.
+    void prepare_joiner(const param_group<T, Space>& group) {
+        ex_ = detail::place_group(comm_, group, kind, flat_, ws_, options_.device_pool);
+        dense_per_step_ = detail::all_reduce_bytes(group.total_size(), sizeof(float), comm_.size(), comm_.rank());
+        allocate();
+    }
+
+    void start_joining(const param_group<T, Space>& group) {
+        prepare_joiner(group);
+        const comm::membership_change admitted = comm_.join();
+        detail::elastic_round(comm_, *this, mstats_, options_.min_workers, admitted, kind,
+                              [&] { exchange(exec::host{}, stats_.steps); });
+        stats_.steps += 1;
+        stats_.dense_bytes += dense_per_step_;
+    }
+
     config_record describe(const param_group<T, Space>& group) const {
         config_record rec(kind);
         rec.add("trickle", detail::concat(TRICKLE_VERSION_MAJOR, '.', TRICKLE_VERSION_MINOR));
-        detail::describe_group(rec, group, comm_.size());
+        detail::describe_group(rec, group, elastic ? -1 : comm_.size());
         detail::describe_options(rec, options_);
         sampler_.describe(rec);
         schedule_.describe(rec);
@@ -299,6 +420,8 @@ private:
         detail::describe_codec<Comm, Space>(codec_, topology_, rec, kind, options_.stochastic_rounding);
         if constexpr (on_device)
             if (options_.overlap) rec.set_error("sparta: overlap runs on host parameters in this version");
+        detail::describe_membership(rec, comm_, options_.min_workers, options_.join, kind,
+                                    detail::is_all_reduce(topology_), options_.overlap, "overlap");
         return rec;
     }
 
@@ -506,6 +629,15 @@ private:
     flat_params<T, Space> flat_;
     workspace<float, Space, 4> ws_;
     exchange_stats stats_{};
+    // Membership (elastic communicators).
+    bool delegated_ = false; // sparta_diloco runs the protocol for both its parts
+    membership_stats mstats_{};
+    config_record elastic_record_;
+    struct round_state {
+        Sampler sampler;
+        exchange_stats stats;
+    };
+    std::optional<round_state> backup_;
     std::uint64_t dense_per_step_ = 0;
     std::uint64_t config_hash_ = 0;
     std::size_t capacity_ = 0;

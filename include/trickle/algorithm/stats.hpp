@@ -51,4 +51,20 @@ struct exchange_stats {
     }
 };
 
+// What an algorithm saw of its membership (stats on every worker; over a fixed-world
+// communicator only `workers` and `epoch` 0).
+struct membership_stats {
+    std::uint64_t epoch = 0;               // the epoch of the current view
+    int workers = 0;                       // its size
+    bool quorum = true;                    // whether the last round had min_workers (false: it was skipped)
+    std::uint64_t changes = 0;             // renewals that changed the view
+    std::uint64_t joined = 0;              // workers admitted (refused ones included)
+    std::uint64_t left = 0;                // workers dropped (failed, left, silent, or refused)
+    std::uint64_t joins_refused = 0;       // joiners refused at the welcome
+    std::uint64_t rounds_retried = 0;      // rounds redone because a peer failed during them
+    std::uint64_t rounds_below_quorum = 0; // rounds skipped: training went on locally
+    std::uint64_t state_bytes = 0;         // state transferred to joiners (sent by the donor, received by a joiner)
+    double wait_seconds = 0.0;             // time spent in renewals and in rounds that failed
+};
+
 TRICKLE_NAMESPACE_END

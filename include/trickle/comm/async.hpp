@@ -28,7 +28,7 @@
 //     peer that never starts a matching operation blocks those waits exactly as it would
 //     block the blocking call: give comm::local_world a timeout, or abort it.
 //   - Over comm::mpi the progress thread calls MPI, so MPI must provide at least
-//     MPI_THREAD_SERIALIZED (comm::mpi::thread_level(), checked at construction).
+//     MPI_THREAD_SERIALIZED (comm::mpi::thread_level_ok(), checked at construction).
 #pragma once
 
 #include <trickle/comm/communicator.hpp>

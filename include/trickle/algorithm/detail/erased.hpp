@@ -36,6 +36,7 @@ public:
     // The SPARTA and DiLoCo parts of a combined algorithm (both equal stats() otherwise).
     virtual const exchange_stats& sparse_stats() const = 0;
     virtual const exchange_stats& outer_stats() const = 0;
+    virtual membership_stats membership() const = 0;
     virtual void save(std::ostream&) const = 0;
     virtual void load(std::istream&, const std::string& source, checkpoint_trailing trailing) = 0;
 };
@@ -67,6 +68,12 @@ public:
             return engine_.sparse_stats();
         else
             return engine_.stats();
+    }
+    membership_stats membership() const override {
+        if constexpr (requires { engine_.membership(); })
+            return engine_.membership();
+        else
+            return membership_stats{};
     }
     const exchange_stats& outer_stats() const override {
         if constexpr (requires { engine_.outer_stats(); })
@@ -120,6 +127,8 @@ public:
         get("step").step(ex);
     }
     const exchange_stats& stats() const { return get("stats").stats(); }
+    // Membership over an elastic communicator (docs/elastic.md); zeros otherwise.
+    membership_stats membership() const { return get("membership").membership(); }
     // Applies an overlapped SPARTA exchange still waiting (sparta_options::overlap), so that
     // save() may run; nothing otherwise. Local to the worker.
     void flush() { get("flush").flush(exec::host{}); }

@@ -1,0 +1,236 @@
+// trickle/algorithm/membership.hpp: how SPARTA and DiLoCo take membership changes over an
+// elastic communicator (comm/elastic.hpp): renewal at a step boundary, the joiners' state
+// transfer with its hash check, quorum, and rounds redone after a peer failed in them.
+//
+// The protocol of one round (an exchange of SPARTA, an outer step of DiLoCo), run by every
+// member of the view, and by a joiner from its constructor right after it was admitted:
+//
+//   1. renew(): the view of this round (members that failed since are dropped, workers
+//      waiting in join() are admitted).
+//   2. If workers joined, the welcome: every rank's configuration record is gathered; the
+//      donor (the lowest rank that is not a joiner) broadcasts its global state as a
+//      checksummed record stream (algorithm/checkpoint.hpp); each joiner verifies and applies
+//      it; every rank then gathers every rank's hash of its global state. A joiner whose
+//      configuration differs (named field by field), whose transfer arrived damaged, or
+//      whose hash differs from the donor's is refused: it leaves and throws; the others renew
+//      without it. A *member* whose hash differs from the donor's means the replicas have
+//      diverged: every rank throws mismatch_error.
+//   3. Below quorum (fewer than min_workers in the view) the round is skipped: every worker
+//      keeps training locally, and the next round renews again.
+//   4. The round itself. If a peer fails during it, every survivor throws peer_failure at
+//      the same collective; the round's local effects are rolled back (the algorithms keep
+//      persistent state untouched until their collectives have completed, and back up what
+//      they change before: sampler state, counters, the error-feedback residual), and the
+//      survivors go back to 1. A failed worker's contribution to an interrupted round is
+//      discarded; nothing it sent counts.
+#pragma once
+
+#include <trickle/algorithm/agreement.hpp>
+#include <trickle/algorithm/stats.hpp>
+#include <trickle/comm/communicator.hpp>
+#include <trickle/comm/elastic.hpp>
+#include <trickle/config.hpp>
+#include <trickle/core/config_record.hpp>
+#include <trickle/core/crc32c.hpp>
+#include <trickle/error.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+TRICKLE_NAMESPACE_BEGIN
+
+// membership_stats: algorithm/stats.hpp.
+
+namespace detail {
+
+// Who runs an engine's membership protocol: the engine itself, or an algorithm made of
+// several engines (sparta_diloco), which renews once per step for all of them and moves
+// their states together; a delegated joiner only prepares its buffers.
+enum class membership_role { own, delegated };
+
+// Sends a byte string from root to every rank: its length through the control plane
+// (all_gather_bytes), its bytes through the float broadcast (the bits travel unchanged:
+// every communicator's broadcast copies them).
+template <class Comm>
+std::string broadcast_blob(Comm& comm, const std::string& blob, int root) {
+    const std::uint64_t mine = comm.rank() == root ? blob.size() : 0;
+    std::vector<std::uint64_t> lengths(static_cast<std::size_t>(comm.size()));
+    comm.all_gather_bytes(&mine, lengths.data(), sizeof mine);
+    const std::uint64_t len = lengths[static_cast<std::size_t>(root)];
+    std::vector<float> data((len + sizeof(float) - 1) / sizeof(float), 0.0f);
+    if (comm.rank() == root && len != 0) std::memcpy(data.data(), blob.data(), len);
+    comm.broadcast(data.data(), data.size(), root);
+    return std::string(reinterpret_cast<const char*>(data.data()), len);
+}
+
+// The welcome of step 2 above. Engine provides:
+//   config_record elastic_record() const        its configuration (the same on every worker)
+//   std::string transfer_state() const          the donor's global state, checksummed
+//   void receive_state(const std::string&)      a joiner applies it (throws trickle::error if refused)
+//   std::uint32_t global_hash() const           a hash of the state every replica shares
+// Returns false when a joiner was refused (the caller renews), true otherwise; a refused
+// joiner leaves and throws.
+template <class Comm, class Engine>
+bool welcome(Comm& comm, Engine& e, membership_stats& ms, const comm::membership_change& ch, bool i_join,
+             const char* kind) {
+    const int N = comm.size();
+    const int me = comm.rank();
+    std::vector<char> joiner(static_cast<std::size_t>(N));
+    int donor = -1;
+    for (int r = 0; r < N; ++r) {
+        joiner[static_cast<std::size_t>(r)] = ch.is_joiner(ch.members[static_cast<std::size_t>(r)]);
+        if (!joiner[static_cast<std::size_t>(r)] && donor < 0) donor = r;
+    }
+    if (donor < 0) {
+        comm.leave();
+        throw comm_error(concat(kind, ": no live member holds the state to join from (every worker of the view is ",
+                                "joining); start the workers from a checkpoint instead"));
+    }
+    // Configurations: each joiner against the donor's.
+    const std::vector<config_record> recs = gather_records(comm, e.elastic_record());
+    std::vector<std::string> why(static_cast<std::size_t>(N));
+    for (int r = 0; r < N; ++r) {
+        if (!joiner[static_cast<std::size_t>(r)]) continue;
+        const auto& rec = recs[static_cast<std::size_t>(r)];
+        if (!rec.error().empty()) {
+            why[static_cast<std::size_t>(r)] = rec.error();
+            continue;
+        }
+        const auto diffs = record_differences(recs[static_cast<std::size_t>(donor)], rec, r, donor);
+        std::string msg;
+        for (std::size_t i = 0; i < diffs.size(); ++i) msg += (i ? "; " : "") + diffs[i];
+        if (!msg.empty()) why[static_cast<std::size_t>(r)] = "its configuration differs from the members': " + msg;
+    }
+    // The state, from the donor; the joiners whose configuration matched apply it.
+    const std::string blob = broadcast_blob(comm, me == donor ? e.transfer_state() : std::string(), donor);
+    if (me == donor || i_join) ms.state_bytes += blob.size();
+    std::string mine_failed;
+    if (i_join && why[static_cast<std::size_t>(me)].empty()) {
+        try {
+            e.receive_state(blob);
+        } catch (const error& ex) {
+            mine_failed = ex.what();
+        }
+    }
+    // Every rank's verdict and hash.
+    const std::uint64_t verdict[2] = {mine_failed.empty() ? 1u : 0u,
+                                      mine_failed.empty() && (!i_join || why[static_cast<std::size_t>(me)].empty())
+                                          ? e.global_hash()
+                                          : 0u};
+    std::vector<std::uint64_t> all(2 * static_cast<std::size_t>(N));
+    comm.all_gather_bytes(verdict, all.data(), sizeof verdict);
+    const std::uint64_t reference = all[2 * static_cast<std::size_t>(donor) + 1];
+    int refused = 0;
+    for (int r = 0; r < N; ++r) {
+        const std::uint64_t ok = all[2 * static_cast<std::size_t>(r)];
+        const std::uint64_t hash = all[2 * static_cast<std::size_t>(r) + 1];
+        auto& w = why[static_cast<std::size_t>(r)];
+        if (!joiner[static_cast<std::size_t>(r)]) {
+            if (hash != reference)
+                throw mismatch_error(concat(kind, ": the members' global state differs (rank ", r, " hashes to ",
+                                            hash, ", the donor rank ", donor, " to ", reference,
+                                            "): the replicas have diverged"));
+            continue;
+        }
+        if (w.empty() && !ok) w = "the transferred state was refused";
+        if (w.empty() && hash != reference)
+            w = concat("its state hashes to ", hash, " after the transfer, the donor's to ", reference);
+        refused += w.empty() ? 0 : 1;
+    }
+    ms.joins_refused += static_cast<std::uint64_t>(refused);
+    if (i_join && !why[static_cast<std::size_t>(me)].empty()) {
+        std::string msg = concat(kind, ": join refused: ",
+                                 mine_failed.empty() ? why[static_cast<std::size_t>(me)] : mine_failed);
+        comm.leave();
+        if (mine_failed.empty() && why[static_cast<std::size_t>(me)].rfind("its configuration", 0) == 0)
+            throw mismatch_error(msg);
+        throw invalid_argument(msg);
+    }
+    return refused == 0;
+}
+
+// One round under the protocol above. `admitted`: a joiner's admission (its constructor),
+// else nothing (a member renews first). Engine also provides round_backup(),
+// round_rollback() and view_changed(). Returns whether the round ran (false: below quorum).
+template <class Comm, class Engine, class Round>
+bool elastic_round(Comm& comm, Engine& e, membership_stats& ms, int min_workers,
+                   std::optional<comm::membership_change> admitted, const char* kind, Round&& round) {
+    using clock = std::chrono::steady_clock;
+    const auto seconds = [](clock::duration d) { return std::chrono::duration<double>(d).count(); };
+    std::optional<comm::membership_change> ch = std::move(admitted);
+    bool joining = ch.has_value();
+    for (int attempt = 0;; ++attempt) {
+        const auto t0 = clock::now();
+        try {
+            if (!ch) {
+                ch = comm.renew();
+                ms.wait_seconds += seconds(clock::now() - t0);
+            }
+            if (ch->changed()) {
+                ++ms.changes;
+                ms.joined += ch->joined.size();
+                ms.left += ch->left.size();
+            }
+            ms.epoch = ch->epoch;
+            ms.workers = comm.size();
+            e.view_changed();
+            e.round_backup();
+            if (!ch->joined.empty()) {
+                const bool all_admitted = welcome(comm, e, ms, *ch, joining, kind);
+                joining = false;
+                ch.reset();
+                if (!all_admitted) continue; // renew without the refused joiners
+            }
+            joining = false;
+            ch.reset();
+            if (comm.size() < min_workers) {
+                ms.quorum = false;
+                ++ms.rounds_below_quorum;
+                return false;
+            }
+            ms.quorum = true;
+            round();
+            return true;
+        } catch (const peer_failure&) {
+            ms.wait_seconds += seconds(clock::now() - t0);
+            if (joining) throw; // a joiner that lost its admission: it may join again
+            e.round_rollback();
+            ++ms.rounds_retried;
+            ch.reset();
+            // Every failure drops at least one worker from the next view, so this ends; the
+            // bound only guards against a communicator that breaks that promise.
+            if (attempt > 1000) throw;
+        }
+    }
+}
+
+// The configuration fields of membership (min_workers, join) and their errors.
+template <class Comm>
+void describe_membership(config_record& rec, const Comm& comm, int min_workers, bool join, const char* kind,
+                         bool topology_all_reduce, bool other_refusal, const char* other_what) {
+    rec.add("min_workers", min_workers);
+    if (min_workers < 1) rec.set_error(concat(kind, ": min_workers must be >= 1, got ", min_workers));
+    if constexpr (comm::elastic_communicator<Comm>) {
+        if (!join && min_workers > comm.size())
+            rec.set_error(concat(kind, ": min_workers (", min_workers, ") is larger than the world (", comm.size(),
+                                 " workers)"));
+        if (!topology_all_reduce)
+            rec.set_error(concat(kind, ": an elastic communicator needs topology::all_reduce in this version (the other ",
+                                 "topologies fix their groups to the world's size)"));
+        if (other_refusal) rec.set_error(concat(kind, ": ", other_what, " does not combine with an elastic communicator in this version"));
+    } else {
+        if (join) rec.set_error(concat(kind, ": join needs an elastic communicator (comm::elastic_local)"));
+        if (min_workers > comm.size())
+            rec.set_error(concat(kind, ": min_workers (", min_workers, ") is larger than the world (", comm.size(),
+                                 " workers)"));
+    }
+}
+
+} // namespace detail
+
+TRICKLE_NAMESPACE_END
