@@ -6,6 +6,7 @@
 #include <trickle/comm/async.hpp>
 #include <trickle/trickle.hpp>
 
+#include "drift_model.hpp"
 #include "test_support.hpp"
 
 #include <doctest/doctest.h>
@@ -20,36 +21,9 @@ using trickle_test::bitwise_equal;
 
 namespace {
 
-const std::vector<std::size_t> sizes{300, 50, 200, 7, 443}; // five tensors, 1000 values
-
-float drift(int r, std::size_t i, int t) {
-    return 0.01f * static_cast<float>(std::sin(0.1 * static_cast<double>(i) * (r + 1) + 0.3 * t));
-}
-
-struct model {
-    std::vector<std::vector<float>> ts;
-    param_group<float> group;
-    explicit model(int r) {
-        for (std::size_t k = 0; k < sizes.size(); ++k) {
-            std::vector<float> v(sizes[k]);
-            for (std::size_t i = 0; i < v.size(); ++i)
-                v[i] = 0.3f * static_cast<float>(std::cos(0.07 * static_cast<double>(i) + static_cast<double>(k))) +
-                       0.05f * static_cast<float>(r);
-            ts.push_back(std::move(v));
-        }
-        for (std::size_t k = 0; k < ts.size(); ++k) group.add("t" + std::to_string(k), ts[k].data(), ts[k].size());
-    }
-    std::vector<float> flat() const {
-        std::vector<float> out;
-        for (const auto& v : ts) out.insert(out.end(), v.begin(), v.end());
-        return out;
-    }
-    void train(int r, int t) {
-        std::size_t i = 0;
-        for (auto& v : ts)
-            for (float& x : v) x += drift(r, i++, t);
-    }
-};
+using model = trickle_test::drift_model;
+using trickle_test::drift;
+using trickle_test::drift_sizes;
 
 // The streaming rule written out on plain vectors (outer SGD, weights 1 + r/2, all-reduce
 // in rank order), independent of the library: what every worker's parameters must be.

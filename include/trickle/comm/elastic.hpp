@@ -15,8 +15,9 @@
 // comm::elastic_local is the in-process form (threads, like comm::local, whose collectives
 // it runs over one local_world per epoch, so results are comm::local's bit for bit). It
 // supports failure injection for tests and simulations: fail(id) drops a worker as if its
-// process died, and corrupt_next_broadcast(id) flips a bit of the next broadcast a worker
-// receives (a damaged state transfer).
+// process died, run_elastic() fails a worker whose thread throws, and
+// corrupt_next_broadcast(id) flips a bit of the next broadcast a worker receives (a damaged
+// state transfer).
 #pragma once
 
 #include <trickle/comm/communicator.hpp>
@@ -30,10 +31,12 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <exception>
 #include <memory>
 #include <mutex>
 #include <set>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -402,6 +405,30 @@ private:
 inline elastic_local elastic_local_world::worker(int id) {
     check_id(id, "worker");
     return elastic_local(this, id);
+}
+
+// Runs fn(comm) for every worker of the world's current view, one thread each, and waits
+// for all. A worker whose fn throws is failed (as by world.fail), so its peers carry on
+// without it instead of aborting: the in-process form of a process that crashed. Returns
+// each worker's exception, by id (null for those that finished).
+template <class Fn>
+std::vector<std::exception_ptr> run_elastic(elastic_local_world& world, Fn&& fn) {
+    const std::vector<int> ids = world.members();
+    std::vector<std::exception_ptr> errors(static_cast<std::size_t>(world.capacity()));
+    std::vector<std::thread> threads;
+    threads.reserve(ids.size());
+    for (int id : ids)
+        threads.emplace_back([&, id] {
+            try {
+                elastic_local c = world.worker(id);
+                fn(c);
+            } catch (...) {
+                errors[static_cast<std::size_t>(id)] = std::current_exception();
+                world.fail(id, "failed (its thread threw)");
+            }
+        });
+    for (auto& t : threads) t.join();
+    return errors;
 }
 
 static_assert(byte_communicator<elastic_local>);
