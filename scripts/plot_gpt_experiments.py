@@ -1,0 +1,373 @@
+#!/usr/bin/env python3
+"""Figures and tables for docs/experiments.md, section "The GPT at its default size, three
+seeds", from the CSVs scripts/gpt_experiments.sh writes (docs/experiments/gpt/<run>_s<seed>.csv).
+
+    python3 scripts/plot_gpt_experiments.py [docs/experiments/gpt]
+
+Every configuration is a (run, strategy) pair measured under several seeds. A band is the
+mean over the seeds of the eval loss at each evaluation, shaded from the lowest to the
+highest seed (min-max, not a standard deviation); the tables give the final eval loss
+(step 2,000) as mean, sample standard deviation and min-max over the seeds, the reduction
+of bytes against ddp, and paired comparisons (the same seed under two configurations).
+Writes fig*.png and summary.md into the folder. Configurations with no runs are left out.
+"""
+import csv
+import glob
+import math
+import os
+import re
+import statistics
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+OUT = sys.argv[1] if len(sys.argv) > 1 else "docs/experiments/gpt"
+NAME = re.compile(r"^(?P<run>.+)_s(?P<seed>\d+)\.csv$")
+
+
+def load():
+    """runs[run][seed][strategy] = list of rows (dicts of floats), in step order."""
+    runs = {}
+    for path in sorted(glob.glob(os.path.join(OUT, "*.csv"))):
+        m = NAME.match(os.path.basename(path))
+        if not m:
+            continue
+        per = {}
+        with open(path, newline="") as f:
+            for row in csv.DictReader(f):
+                r = {k: (float(v) if k != "strategy" else v) for k, v in row.items() if v != ""}
+                per.setdefault(row["strategy"], []).append(r)
+        if per:
+            runs.setdefault(m["run"], {})[int(m["seed"])] = per
+    return runs
+
+
+RUNS = load()
+
+
+def load_replica_losses():
+    """replica[run][seed][strategy] = the replicas' own final eval loss, from the TXT table
+    (the CSV has the averaged model's only)."""
+    out = {}
+    for path in sorted(glob.glob(os.path.join(OUT, "*.txt"))):
+        m = NAME.match(os.path.basename(path)[:-4] + ".csv")
+        if not m:
+            continue
+        in_table = False
+        for line in open(path):
+            f = line.split()
+            if f[:1] == ["strategy"]:
+                in_table = True
+                continue
+            if in_table and not f:
+                in_table = False
+            elif in_table and len(f) >= 4:
+                out.setdefault(m["run"], {}).setdefault(int(m["seed"]), {})[f[0]] = float(f[3])
+    return out
+
+
+REPLICA = load_replica_losses()
+
+
+class Config:
+    """One configuration: a strategy within a run, over every seed that has it."""
+
+    def __init__(self, label, run, strategy):
+        self.label, self.run, self.strategy = label, run, strategy
+        self.series = {
+            seed: per[strategy] for seed, per in RUNS.get(run, {}).items() if strategy in per
+        }
+
+    def __bool__(self):
+        return bool(self.series)
+
+    @property
+    def seeds(self):
+        return sorted(self.series)
+
+    def final(self, key="eval_loss"):
+        return {s: rows[-1][key] for s, rows in self.series.items()}
+
+    def stats(self, key="eval_loss"):
+        v = list(self.final(key).values())
+        sd = statistics.stdev(v) if len(v) > 1 else float("nan")
+        return statistics.mean(v), sd, min(v), max(v), len(v)
+
+    def band(self, key="eval_loss"):
+        """steps, mean, low, high over the seeds (only steps every seed has)."""
+        steps = sorted(set.intersection(*[{r["step"] for r in rows} for rows in self.series.values()]))
+        by = [{r["step"]: r[key] for r in rows} for rows in self.series.values()]
+        mean = [statistics.mean(b[s] for b in by) for s in steps]
+        low = [min(b[s] for b in by) for s in steps]
+        high = [max(b[s] for b in by) for s in steps]
+        return steps, mean, low, high
+
+    def replica(self):
+        v = [REPLICA.get(self.run, {}).get(s, {}).get(self.strategy) for s in self.series]
+        v = [x for x in v if x is not None]
+        return statistics.mean(v) if v else float("nan")
+
+    def reduction(self):
+        r = [rows[-1].get("reduction_vs_ddp", float("nan")) for rows in self.series.values()]
+        return statistics.mean(r)
+
+
+def fmt_reduction(x):
+    if math.isinf(x):
+        return "no traffic"
+    if math.isnan(x):
+        return "—"
+    return "1x" if abs(x - 1) < 1e-9 else f"{x:,.0f}x"
+
+
+def table(configs, title):
+    lines = [f"### {title}", "",
+             "| configuration | seeds | final eval loss, mean | sd | min–max | replicas alone, mean | less traffic than ddp | correlation, mean |",
+             "|---|---|---|---|---|---|---|---|"]
+    for c in configs:
+        if not c:
+            continue
+        m, sd, lo, hi, n = c.stats()
+        corr = c.stats("correlation")[0]
+        lines.append(f"| {c.label} | {n} | {m:.3f} | {sd:.3f} | {lo:.3f}–{hi:.3f} | {c.replica():.3f} | "
+                     f"{fmt_reduction(c.reduction())} | {corr:.3f} |")
+    lines.append("")
+    return lines
+
+
+def paired(a, b):
+    """Per-seed difference b - a of the final eval loss over the seeds both have."""
+    fa, fb = a.final(), b.final()
+    common = sorted(set(fa) & set(fb))
+    return {s: fb[s] - fa[s] for s in common}
+
+
+def pair_lines(pairs, title):
+    lines = [f"### {title}", "",
+             "| comparison (B against A) | seeds | B − A per seed | B better in | ranges overlap |",
+             "|---|---|---|---|---|"]
+    for a, b in pairs:
+        if not a or not b:
+            continue
+        d = paired(a, b)
+        if not d:
+            continue
+        _, _, alo, ahi, _ = a.stats()
+        _, _, blo, bhi, _ = b.stats()
+        overlap = "yes" if blo <= ahi and alo <= bhi else "no"
+        per = ", ".join(f"{d[s]:+.3f}" for s in sorted(d))
+        better = sum(1 for v in d.values() if v < 0)
+        lines.append(f"| {b.label} vs {a.label} | {len(d)} | {per} | {better} of {len(d)} | {overlap} |")
+    lines.append("")
+    return lines
+
+
+COLORS = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+
+
+def bands(ax, configs, title, ylim=None):
+    for i, c in enumerate(x for x in configs if x):
+        steps, mean, low, high = c.band()
+        col = COLORS[i % len(COLORS)]
+        ax.plot(steps, mean, color=col, label=f"{c.label} ({len(c.seeds)} seeds)")
+        ax.fill_between(steps, low, high, color=col, alpha=0.2, linewidth=0)
+    ax.set_xlabel("step")
+    ax.set_ylabel("eval loss (nats/char), averaged model")
+    ax.set_title(title)
+    if ylim:
+        ax.set_ylim(*ylim)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+
+
+def save(fig, name):
+    fig.tight_layout()
+    fig.savefig(os.path.join(OUT, name), dpi=110)
+    plt.close(fig)
+
+
+def any_(configs):
+    return any(bool(c) for c in configs)
+
+
+def points(ax, xs, configs, label, color, marker="o"):
+    xx, mm, lo, hi = [], [], [], []
+    for x, c in zip(xs, configs):
+        if c:
+            m, _, a, b, _ = c.stats()
+            xx.append(x)
+            mm.append(m)
+            lo.append(m - a)
+            hi.append(b - m)
+    if xx:
+        ax.errorbar(xx, mm, yerr=[lo, hi], color=color, marker=marker, capsize=4, label=label)
+
+
+def hline(ax, c, label, color):
+    if c:
+        m, _, lo, hi, _ = c.stats()
+        ax.axhline(m, color=color, linestyle="--", label=label)
+        ax.axhspan(lo, hi, color=color, alpha=0.12)
+
+
+summary = ["# The GPT at its default size: three-seed summary", "",
+           "Written by `scripts/plot_gpt_experiments.py` from the CSVs in this folder. Final eval loss",
+           "= the averaged model's held-out loss at step 2,000 (nats per character); sd = sample",
+           "standard deviation over the seeds; the figures shade min–max over the seeds.", ""]
+YLIM = (1.4, 3.4)
+
+# 1. Workers.
+W = {w: [Config(f"{s}, {w} workers", f"workers{w}", s) for s in ("ddp", "none", "sparta")] for w in (2, 4, 8)}
+if any_(sum(W.values(), [])):
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 4.5))
+    bands(a1, [Config(n, "workers4", s) for n, s in (("ddp", "ddp"), ("independent", "none"), ("SPARTA 0.5%", "sparta"))],
+          "4 workers (mean, min–max over seeds)", YLIM)
+    for i, (s, lab) in enumerate((("ddp", "ddp"), ("none", "independent"), ("sparta", "SPARTA 0.5%"))):
+        points(a2, [2, 4, 8], [Config(lab, f"workers{w}", s) for w in (2, 4, 8)], lab, COLORS[i])
+    hline(a2, Config("1 worker", "workers1", "none"), "1 worker alone", "grey")
+    a2.set_xscale("log", base=2)
+    a2.set_xticks([2, 4, 8], ["2", "4", "8"])
+    a2.set_xlabel("workers")
+    a2.set_ylabel("final eval loss (mean, min–max)")
+    a2.set_title("final eval loss against workers")
+    a2.grid(alpha=0.3)
+    a2.legend(fontsize=8)
+    save(fig, "fig1_workers.png")
+    summary += table([Config("1 worker alone", "workers1", "none")] + sum(W.values(), []), "1. ddp, independent replicas and SPARTA 0.5% on 2, 4, 8 workers")
+    one = Config("1 worker alone", "workers1", "none")
+    summary += pair_lines([(W[w][0], W[w][2]) for w in (2, 4, 8)] + [(W[w][0], W[w][1]) for w in (2, 4, 8)]
+                          + [(one, W[w][2]) for w in (2, 4, 8)] + [(one, W[w][0]) for w in (2, 4, 8)],
+                          "1. paired")
+
+# 2. Fraction p.
+P = [(0.0005, "fraction_0.0005"), (0.001, "fraction_0.001"), (0.002, "fraction_0.002"), (0.005, "workers4"), (0.02, "fraction_0.02"),
+     (0.05, "fraction_0.05")]
+PC = [Config(f"SPARTA p = {p * 100:g}%", run, "sparta") for p, run in P]
+if any_(PC[:2] + PC[3:]):
+    ddp4, none4 = Config("ddp", "workers4", "ddp"), Config("independent", "workers4", "none")
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 4.5))
+    points(a1, [p for p, _ in P], PC, "SPARTA", COLORS[2])
+    hline(a1, ddp4, "ddp", COLORS[0])
+    hline(a1, none4, "independent", COLORS[1])
+    a1.set_xscale("log")
+    a1.set_xlabel("fraction p averaged per step")
+    a1.set_ylabel("final eval loss (mean, min–max)")
+    a1.set_title("SPARTA's fraction, 4 workers")
+    a1.grid(alpha=0.3)
+    a1.legend(fontsize=8)
+    for i, c in enumerate(x for x in PC if x):
+        steps, mean, low, high = c.band("correlation")
+        a2.plot(steps, mean, color=COLORS[i], label=c.label)
+        a2.fill_between(steps, low, high, color=COLORS[i], alpha=0.2, linewidth=0)
+    a2.axhline(0.9, color="grey", linestyle=":")
+    a2.set_xlabel("step")
+    a2.set_ylabel("correlation of the replicas' changes")
+    a2.set_title("correlation (mean, min–max)")
+    a2.grid(alpha=0.3)
+    a2.legend(fontsize=8)
+    save(fig, "fig2_fraction.png")
+    summary += table([ddp4, none4] + PC, "2. SPARTA's fraction p (4 workers)")
+    summary += pair_lines([(ddp4, c) for c in PC], "2. paired against ddp")
+    lines = ["### 2. first evaluation at which the correlation reaches 0.9", "",
+             "| configuration | per seed | correlation at step 1,000, mean |", "|---|---|---|"]
+    for c in PC:
+        if not c:
+            continue
+        first = []
+        for s in c.seeds:
+            hit = [r["step"] for r in c.series[s] if r["correlation"] >= 0.9]
+            first.append(f"{hit[0]:,.0f}" if hit else "never")
+        at1000 = statistics.mean(r["correlation"] for rows in c.series.values() for r in rows if r["step"] == 1000)
+        lines.append(f"| {c.label} | {', '.join(first)} | {at1000:.3f} |")
+    summary += lines + [""]
+
+# 3. Interval H.
+HC = [Config("SPARTA 0.5%, H = 1", "workers4", "sparta")] + [
+    Config(f"SPARTA 0.5%, H = {h}", f"interval_{h}", "sparta") for h in (5, 20, 50)]
+if any_(HC[1:]):
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    bands(ax, [Config("ddp", "workers4", "ddp")] + HC + [Config("independent", "workers4", "none")],
+          "SPARTA 0.5% every H steps, 4 workers", YLIM)
+    save(fig, "fig3_interval.png")
+    summary += table(HC, "3. SPARTA 0.5% every H steps")
+    summary += pair_lines([(HC[0], c) for c in HC[1:]] + [(Config("independent", "workers4", "none"), c) for c in HC[1:]],
+                          "3. paired")
+
+# 4. DiLoCo vs SPARTA + DiLoCo.
+D = Config("DiLoCo H = 100", "diloco", "diloco")
+SD = Config("SPARTA + DiLoCo", "diloco", "sparta-diloco")
+if D or SD:
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    bands(ax, [Config("ddp", "workers4", "ddp"), D, SD, Config("SPARTA 0.5%", "workers4", "sparta")],
+          "DiLoCo (Nesterov, H = 100) and SPARTA + DiLoCo", YLIM)
+    save(fig, "fig4_diloco.png")
+    summary += table([Config("ddp", "workers4", "ddp"), D, SD, Config("SPARTA 0.5%", "workers4", "sparta")],
+                     "4. DiLoCo against SPARTA + DiLoCo (4 workers)")
+    summary += pair_lines([(D, SD), (Config("ddp", "workers4", "ddp"), D), (Config("SPARTA 0.5%", "workers4", "sparta"), D)],
+                          "4. paired")
+
+# 5. Outer optimizers.
+OC = [Config("nesterov, H = 100", "diloco", "diloco")] + [
+    Config(f"{o}, H = 100", f"outer_{o}_h100", "diloco") for o in ("sgd", "momentum", "adam", "average")]
+OH = [Config(f"{o}, H = {h}", f"outer_{o}_h{h}", "diloco")
+      for o in ("nesterov", "sgd", "momentum", "adam", "average") for h in (50, 500)]
+if any_(OC[1:]):
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 4.5))
+    bands(a1, [Config("ddp", "workers4", "ddp")] + OC, "DiLoCo's outer optimizers, H = 100", YLIM)
+    present = [c for c in OH if c]
+    if present:
+        names = sorted({c.label.split(",")[0] for c in present})
+        for i, o in enumerate(names):
+            cs = [Config(o, f"outer_{o}_h{h}", "diloco") if h != 100 else
+                  (OC[0] if o == "nesterov" else Config(o, f"outer_{o}_h100", "diloco")) for h in (50, 100, 500)]
+            points(a2, [50, 100, 500], cs, o, COLORS[i])
+        hline(a2, Config("ddp", "workers4", "ddp"), "ddp", "grey")
+        a2.set_xscale("log")
+        a2.set_xticks([50, 100, 500], ["50", "100", "500"])
+        a2.set_xlabel("H (inner steps per outer step)")
+        a2.set_ylabel("final eval loss (mean, min–max)")
+        a2.set_title("final eval loss against H")
+        a2.grid(alpha=0.3)
+        a2.legend(fontsize=8)
+    else:
+        a2.axis("off")
+    save(fig, "fig5_outer.png")
+    summary += table(OC + [c for c in OH if c], "5. DiLoCo's outer optimizers (4 workers)")
+    summary += pair_lines([(OC[0], c) for c in OC[1:]] + [(Config("ddp", "workers4", "ddp"), c) for c in OC],
+                          "5. paired")
+
+# 6. Dropped communication and pruning.
+DP = [Config("DiLoCo H = 100", "diloco", "diloco"), Config("25% dropped", "drop_0.25", "diloco"),
+      Config("50% dropped", "drop_0.5", "diloco"), Config("50% pruned", "prune_0.5", "diloco")]
+if any_(DP[1:]):
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    bands(ax, DP, "DiLoCo (Nesterov, H = 100): drops and pruning", YLIM)
+    save(fig, "fig6_drop_prune.png")
+    summary += table(DP, "6. DiLoCo with dropped communication and pruned outer gradients")
+    lines = ["| configuration | perplexity against DiLoCo, per seed | mean |", "|---|---|---|"]
+    for c in DP[1:]:
+        d = paired(DP[0], c)
+        if d:
+            pct = [100 * (math.exp(v) - 1) for v in (d[s] for s in sorted(d))]
+            lines.append(f"| {c.label} | {', '.join(f'{x:+.1f}%' for x in pct)} | {statistics.mean(pct):+.1f}% |")
+    summary += ["### 6. perplexity change, paired by seed", ""] + lines + [""]
+    summary += pair_lines([(DP[0], c) for c in DP[1:]], "6. paired")
+
+# 7. Topologies.
+TC = [Config("all-reduce", "workers8", "sparta"), Config("gossip", "topology_gossip", "sparta"),
+      Config("exponential", "topology_exponential", "sparta"), Config("islands of 4", "topology_islands4", "sparta")]
+if any_(TC[1:]):
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    bands(ax, [Config("ddp", "workers8", "ddp")] + TC + [Config("independent", "workers8", "none")],
+          "SPARTA 0.5% on 8 workers, by topology", YLIM)
+    save(fig, "fig7_topology.png")
+    summary += table([Config("ddp", "workers8", "ddp")] + TC + [Config("independent", "workers8", "none")],
+                     "7. SPARTA 0.5% on 8 workers: topologies")
+    summary += pair_lines([(TC[0], c) for c in TC[1:]], "7. paired against all-reduce")
+
+with open(os.path.join(OUT, "summary.md"), "w") as f:
+    f.write("\n".join(summary))
+print("\n".join(summary))
