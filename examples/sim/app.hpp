@@ -79,6 +79,21 @@ inline void print_header(std::ostream& out, const sim_config& cfg, const dataset
             out << "streaming-diloco: " << cfg.fragments << " fragment(s), overlap " << cfg.overlap_steps
                 << " step(s), mix " << cfg.mix << '\n';
     if (cfg.sparta_overlap) out << "sparta: overlapped (each exchange applied one step later)\n";
+    if (elastic_run(cfg)) {
+        const auto list = [](const std::vector<membership_event>& evs) {
+            std::ostringstream s;
+            for (std::size_t i = 0; i < evs.size(); ++i) s << (i ? "," : "") << evs[i].worker << '@' << evs[i].step;
+            return evs.empty() ? std::string("none") : s.str();
+        };
+        out << "elastic: comm::elastic_local, " << world_capacity(cfg) << " worker id(s), failures " << list(cfg.fails)
+            << ", joins " << list(cfg.joins) << ", min workers " << cfg.min_workers << ", timeout " << cfg.timeout_ms
+            << " ms\n";
+    }
+    if (timed_run(cfg)) {
+        out << "speeds:";
+        for (double s : cfg.speeds) out << ' ' << s;
+        out << ", rounds " << name_of(cfg.round_policy) << '\n';
+    }
     for (const auto& net : cfg.networks) {
         out << "network model: " << net.label << " = " << net.bandwidth_bytes_per_s * 8 / 1e9 << " Gbit/s, "
             << net.latency_s * 1e3 << " ms per round; compute ";
@@ -125,7 +140,7 @@ inline int run_simulation(const sim_config& cfg, std::ostream& out) {
     const dataset data = prepare_data(cfg);
     check_model_size(cfg, data);
     std::optional<csv_writer> csv;
-    if (!cfg.csv.empty()) csv.emplace(cfg.csv, cfg.networks);
+    if (!cfg.csv.empty()) csv.emplace(cfg.csv, cfg.networks, round_trained(cfg));
 
     print_header(out, cfg, data);
     out << std::flush;
@@ -145,6 +160,7 @@ inline int run_simulation(const sim_config& cfg, std::ostream& out) {
     out << '\n';
     print_table(out, runs);
     print_network_table(out, runs, cfg.networks);
+    print_membership_table(out, runs);
     out << "\neval loss/ppl: the averaged model (mean of the replicas) on held-out text, in nats per character;\n"
            "replica loss: the replicas alone on the same text (mean); train loss: the replicas on their own\n"
            "batches since the previous evaluation; corr: mean pairwise correlation of the replicas' changes since\n"

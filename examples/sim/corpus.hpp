@@ -271,10 +271,12 @@ inline std::size_t minimum_text_size(int workers, int context) {
 // FILE") when it is too small for the workers and context, or has a single distinct byte.
 inline dataset make_dataset(const std::string& text, std::string source, const sim_config& cfg,
                             const std::string& what) {
-    const std::size_t min = minimum_text_size(cfg.workers, cfg.model.context);
+    // One shard per worker id: --workers, plus the new ids --join brings in.
+    const int shards = world_capacity(cfg);
+    const std::size_t min = minimum_text_size(shards, cfg.model.context);
     if (text.size() < min)
         throw usage_error(what + ": " + std::to_string(text.size()) + " bytes are too few to shard over " +
-                          std::to_string(cfg.workers) + " workers with context " +
+                          std::to_string(shards) + " workers with context " +
                           std::to_string(cfg.model.context) + " and a 10% held-out split: need at least " +
                           std::to_string(min));
     if (text.size() > std::size_t{0xffffffffu})
@@ -305,7 +307,7 @@ inline dataset make_dataset(const std::string& text, std::string source, const s
         rng g = rng::stream(cfg.seed, 0x7368617264ull);
         for (std::size_t i = sequences; i > 1; --i) std::swap(order[i - 1], order[g.below(i)]);
     }
-    const auto W = static_cast<std::size_t>(cfg.workers);
+    const auto W = static_cast<std::size_t>(shards);
     d.shards.resize(W);
     for (std::size_t w = 0; w < W; ++w) {
         const std::size_t b = w * sequences / W, e = (w + 1) * sequences / W;

@@ -20,6 +20,8 @@
 #include <utility>
 #include <vector>
 
+#include "plan.hpp"
+
 namespace trickle_sim {
 
 // Bad input from the user: an option, a value or a data file. trickle-sim exits with 2.
@@ -36,6 +38,7 @@ enum class topology_kind { all_reduce, ring, gossip, exponential, islands };
 enum class outer_kind { nesterov, sgd, momentum, adam, average };
 enum class codec_kind { fp32, bf16, fp16, fp8_e4m3, fp8_e5m2, fp8_block, int8, int4, sign2 };
 enum class model_kind { mlp, gpt };
+enum class round_policy_kind { deadline, wait };
 
 inline constexpr std::string_view strategy_names[] = {"ddp", "none", "sparta", "diloco", "sparta-diloco",
                                                        "streaming-diloco"};
@@ -46,6 +49,7 @@ inline constexpr std::string_view topology_names[] = {"all-reduce", "ring", "gos
 inline constexpr std::string_view outer_names[] = {"nesterov", "sgd", "momentum", "adam", "average"};
 inline constexpr std::string_view codec_names[] = {"fp32", "bf16", "fp16", "fp8-e4m3", "fp8-e5m2", "fp8-block", "int8", "int4", "sign2"};
 inline constexpr std::string_view model_names[] = {"mlp", "gpt"};
+inline constexpr std::string_view round_policy_names[] = {"deadline", "wait"};
 
 template <class E, std::size_t N>
 std::string_view name_of(E e, const std::string_view (&names)[N]) {
@@ -59,6 +63,7 @@ inline std::string_view name_of(topology_kind s) { return name_of(s, topology_na
 inline std::string_view name_of(codec_kind s) { return name_of(s, codec_names); }
 inline std::string_view name_of(outer_kind s) { return name_of(s, outer_names); }
 inline std::string_view name_of(model_kind s) { return name_of(s, model_names); }
+inline std::string_view name_of(round_policy_kind s) { return name_of(s, round_policy_names); }
 
 inline bool uses_sparta(strategy_kind s) { return s == strategy_kind::sparta || s == strategy_kind::sparta_diloco; }
 inline bool uses_diloco(strategy_kind s) {
@@ -175,10 +180,44 @@ struct sim_config {
     std::vector<network_config> networks;
     double step_time_s = 0; // > 0: --step-time (seconds); 0: the measured compute per step
 
+    // Elastic membership (docs/elastic.md, "In the simulator"): with any of --fail, --join
+    // and --min-workers the workers talk through comm::elastic_local.
+    std::vector<membership_event> fails; // --fail W@STEP: worker W dies before inner step STEP
+    std::vector<membership_event> joins; // --join W@STEP: worker W is released then, admitted at the next round
+    int min_workers = 1;                 // --min-workers: quorum of a round
+    bool min_workers_given = false;
+    int timeout_ms = 2000;               // --timeout-ms: the elastic world's timeout
+    // Workers at different speeds: one relative speed in (0, 1] per worker (empty: all 1).
+    std::vector<double> speeds;
+    round_policy_kind round_policy = round_policy_kind::deadline;
+
     std::string csv;     // empty: no CSV
     bool quiet = false;  // no progress line
     bool help = false;   // --help was given: print help_text() and exit 0
 };
+
+// Whether the run is elastic (comm::elastic_local, with its membership protocol) and
+// whether its workers run at different speeds; either way it is trained by
+// run_rounds (trainer_elastic.cpp) instead of the lock-step trainer.
+inline bool elastic_run(const sim_config& c) { return !c.fails.empty() || !c.joins.empty() || c.min_workers_given; }
+inline bool timed_run(const sim_config& c) { return !c.speeds.empty(); }
+inline bool round_trained(const sim_config& c) { return elastic_run(c) || timed_run(c); }
+
+// The ticks of one round of strategy s: an outer step of DiLoCo, an exchange of SPARTA;
+// SPARTA + DiLoCo has both (its protocol runs at every step that communicates).
+inline std::vector<int> round_lengths(const sim_config& c, strategy_kind s) {
+    if (s == strategy_kind::sparta) return {c.interval};
+    if (s == strategy_kind::sparta_diloco) return {c.interval, c.outer_interval};
+    return {c.outer_interval};
+}
+
+// Worker ids in all: --workers, plus the new ids that --join brings in (each has its own
+// shard of the training text, so the text is dealt into this many shards).
+inline int world_capacity(const sim_config& c) {
+    int cap = c.workers;
+    for (const auto& e : c.joins) cap = std::max(cap, e.worker + 1);
+    return cap;
+}
 
 // The topology as the run's header names it ("islands of 3" for islands).
 inline std::string topology_label(const sim_config& c) {
@@ -308,10 +347,29 @@ Network model (a model: docs/simulator.md gives the formula)
   --step-time MS         compute time per inner step in the model, milliseconds, > 0 (default:
                          the measured compute of the simulated model's steps); needs --network
 
+Elastic membership and workers at different speeds (docs/elastic.md; diloco, sparta and
+sparta-diloco through --topology all-reduce)
+  --fail W@STEP[,...]    worker W dies before inner step STEP, as if its process died; the
+                         others carry on (comm::elastic_local)
+  --join W@STEP[,...]    worker W (a failed one, or a new id --workers, --workers + 1, ...) is
+                         released at STEP, joins at the next round boundary and takes the state
+                         from a live member
+  --min-workers N        quorum: a round runs only with N or more members, otherwise training
+                         goes on locally, 1..--workers (default 1)
+  --timeout-ms T         the elastic world's timeout: a peer silent this long is declared
+                         failed, >= 1 (default 2000)
+  --speeds S1,S2,...     diloco: each worker's relative speed, in (0, 1], one per worker
+                         (1 = the fastest); time is modelled in units of a speed-1 inner step
+  --round-policy P       with --speeds: deadline (default): a round lasts --outer-interval
+                         units, worker i does max(1, floor(H x S_i)) steps and weighs its
+                         tokens in the average; wait: everyone does H steps, the round lasts
+                         H / min(S) units
+
 Output
   --csv FILE             one row per evaluation: strategy,step,eval_loss,eval_ppl,train_loss,
                          correlation,bytes_sent_per_worker,reduction_vs_ddp,wall_s,peak_bytes,
-                         sim_wall_s (nan without --network); a new or regular file, not --data
+                         sim_wall_s (nan without --network); a new or regular file, not --data;
+                         elastic and --speeds runs add live_workers,epoch,model_time,goodput
   --quiet                no progress line on stderr
   -h, --help             this text
 
@@ -450,6 +508,77 @@ inline network_config parse_network(std::string_view opt, std::string_view spec)
     return {std::string(spec), bits / 8.0, latency};
 }
 
+// --fail and --join: W@STEP[,W@STEP...]; the steps are checked against --steps later.
+inline std::vector<membership_event> parse_events(std::string_view opt, std::string_view v) {
+    std::vector<membership_event> out;
+    std::size_t pos = 0;
+    while (true) {
+        const std::size_t comma = v.find(',', pos);
+        const std::string_view item = v.substr(pos, comma == std::string_view::npos ? v.npos : comma - pos);
+        const std::size_t at = item.find('@');
+        if (at == std::string_view::npos) bad_value(opt, item, "expected W@STEP (a worker id and an inner step)");
+        const int w = parse_int<int>(std::string(opt) + " (worker)", item.substr(0, at), 0, 255);
+        const int s = parse_int<int>(std::string(opt) + " (step)", item.substr(at + 1), 0, std::numeric_limits<int>::max());
+        out.push_back({w, s});
+        if (comma == std::string_view::npos) break;
+        pos = comma + 1;
+    }
+    return out;
+}
+
+// What the elastic options and --speeds need of the rest of the configuration.
+inline void check_elastic(const sim_config& c, const std::string& strategy_list, bool timeout_given,
+                          bool round_policy_given) {
+    const bool elastic = elastic_run(c);
+    const std::string opt = !c.fails.empty() ? "--fail" : !c.joins.empty() ? "--join" : "--min-workers";
+    if (timeout_given && !elastic)
+        throw usage_error("--timeout-ms: applies to elastic runs (--fail, --join, --min-workers)");
+    if (round_policy_given && c.speeds.empty()) throw usage_error("--round-policy: applies with --speeds only");
+    if (elastic) {
+        for (auto s : c.strategies)
+            if (s != strategy_kind::diloco && s != strategy_kind::sparta && s != strategy_kind::sparta_diloco)
+                throw usage_error(opt + ": applies to --strategy diloco, sparta and sparta-diloco (the elastic rounds "
+                                        "of trickle's algorithms; ddp and none have none, and streaming-diloco is "
+                                        "refused over an elastic world), but --strategy is " + strategy_list);
+        if (c.topology != topology_kind::all_reduce)
+            throw usage_error(opt + ": needs --topology all-reduce (the other topologies fix their groups to the "
+                                    "world's size), not " + std::string(name_of(c.topology)));
+        if (c.sparta_overlap)
+            throw usage_error(opt + ": does not combine with --overlap (an exchange in flight across a change of "
+                                    "membership has no defined owner)");
+        if (c.min_workers > c.workers)
+            throw usage_error("--min-workers: " + std::to_string(c.min_workers) + " is larger than the world (--workers " +
+                              std::to_string(c.workers) + ")");
+        if (!c.networks.empty())
+            throw usage_error("--network: the network model assumes workers in lock step; it does not combine with " +
+                              opt);
+        for (auto s : c.strategies) {
+            std::string error;
+            make_membership_plan(c.workers, c.steps, round_lengths(c, s), c.fails, c.joins, error);
+            if (!error.empty()) throw usage_error(error);
+        }
+    }
+    if (!c.speeds.empty()) {
+        if (c.speeds.size() != static_cast<std::size_t>(c.workers))
+            throw usage_error("--speeds: gives " + std::to_string(c.speeds.size()) + " speed(s) for --workers " +
+                              std::to_string(c.workers) + " (one per worker)");
+        if (c.strategies != std::vector<strategy_kind>{strategy_kind::diloco})
+            throw usage_error("--speeds: applies to --strategy diloco only (rounds at a deadline use DiLoCo's manual "
+                              "outer steps; every other strategy meets in lock step), but --strategy is " +
+                              strategy_list);
+        if (elastic)
+            throw usage_error("--speeds: does not combine with " + opt + " in this version (the modelled time of a "
+                              "round is defined for a fixed set of workers)");
+        if (!c.networks.empty())
+            throw usage_error("--network: the network model assumes workers in lock step; it does not combine with "
+                              "--speeds");
+        if (c.round_policy == round_policy_kind::deadline && c.steps % c.outer_interval != 0)
+            throw usage_error("--round-policy deadline: --steps (" + std::to_string(c.steps) +
+                              ") must be a multiple of --outer-interval (" + std::to_string(c.outer_interval) +
+                              "), so that every round ends at a deadline");
+    }
+}
+
 } // namespace detail
 
 // Parses the arguments after the program name. Throws usage_error on any bad input.
@@ -463,6 +592,7 @@ inline sim_config parse_cli(std::span<const std::string> args) {
     bool context_given = false, batch_given = false, lr_schedule_given = false, clip_given = false;
     std::vector<std::string> mlp_only, gpt_only;
     std::vector<std::string> seen;
+    bool timeout_given = false, round_policy_given = false;
 
     for (std::size_t i = 0; i < args.size(); ++i) {
         std::string_view arg = args[i];
@@ -496,7 +626,8 @@ inline sim_config parse_cli(std::span<const std::string> args) {
             "--outer-momentum", "--outer-lr-schedule", "--outer-lr-end", "--drop-prob", "--prune", "--topology",
             "--island-size", "--csv", "--codec", "--outer-codec", "--codec-block", "--error-feedback", "--outer-topk",
             "--model", "--d-model", "--heads", "--lr-schedule", "--clip", "--threads", "--fragments",
-            "--overlap-steps", "--mix", "--network", "--step-time"};
+            "--overlap-steps", "--mix", "--network", "--step-time", "--fail", "--join", "--min-workers",
+            "--timeout-ms", "--speeds", "--round-policy"};
         bool is_known = false;
         for (auto k : known) is_known = is_known || k == opt;
         if (!is_known) throw usage_error("unknown option " + quoted_value(opt) + " (see --help)");
@@ -703,6 +834,31 @@ inline sim_config parse_cli(std::span<const std::string> args) {
         } else if (opt == "--csv") {
             if (v.empty()) detail::bad_value(opt, v, "expected a file name");
             c.csv = std::string(v);
+        } else if (opt == "--fail") {
+            c.fails = detail::parse_events(opt, v);
+        } else if (opt == "--join") {
+            c.joins = detail::parse_events(opt, v);
+        } else if (opt == "--min-workers") {
+            c.min_workers = detail::parse_int<int>(opt, v, 1, 256);
+            c.min_workers_given = true;
+        } else if (opt == "--timeout-ms") {
+            if (v == "0") detail::bad_value(opt, v, "must be >= 1 (a dead peer must never hang the survivors)");
+            c.timeout_ms = detail::parse_int<int>(opt, v, 1, 86'400'000);
+            timeout_given = true;
+        } else if (opt == "--speeds") {
+            std::size_t pos = 0;
+            while (true) {
+                const std::size_t comma = v.find(',', pos);
+                const std::string_view item = v.substr(pos, comma == std::string_view::npos ? v.npos : comma - pos);
+                const double x = detail::parse_double(opt, item);
+                if (!(x > 0 && x <= 1)) detail::bad_value(opt, item, "each speed must be in (0, 1] (1 = the fastest)");
+                c.speeds.push_back(x);
+                if (comma == std::string_view::npos) break;
+                pos = comma + 1;
+            }
+        } else if (opt == "--round-policy") {
+            c.round_policy = detail::parse_enum<round_policy_kind>(opt, v, round_policy_names);
+            round_policy_given = true;
         }
     }
 
@@ -801,6 +957,7 @@ inline sim_config parse_cli(std::span<const std::string> args) {
         throw usage_error("--outer-lr-schedule: --outer average has no learning rate");
     c.outer_lr_end = detail::schedule_end(c.outer_lr_schedule, "--outer-lr-schedule", outer_lr_end_given,
                                           "--outer-lr-end", c.outer_lr_end, 1.0);
+    detail::check_elastic(c, strategy_list(), timeout_given, round_policy_given);
     return c;
 }
 

@@ -32,12 +32,20 @@ inline std::string network_column(const network_config& net) {
     return s;
 }
 
-// The header: the fixed columns, sim_wall_s for the first network, a column for each other.
-inline std::string csv_header_for(const std::vector<network_config>& networks) {
+// The columns elastic and --speeds runs add at the end (docs/simulator.md).
+inline constexpr const char* membership_columns = "live_workers,epoch,model_time,goodput";
+
+// The header: the fixed columns, sim_wall_s for the first network, a column for each
+// other, and the membership columns of an elastic or --speeds run.
+inline std::string csv_header_for(const std::vector<network_config>& networks, bool membership = false) {
     std::string h = csv_header;
     for (std::size_t k = 1; k < networks.size(); ++k) {
         h += ',';
         h += network_column(networks[k]);
+    }
+    if (membership) {
+        h += ',';
+        h += membership_columns;
     }
     return h;
 }
@@ -53,7 +61,7 @@ inline std::string number(double v, int precision) {
 }
 } // namespace detail
 
-inline std::string csv_line(const eval_row& r) {
+inline std::string csv_line(const eval_row& r, bool membership = false) {
     std::ostringstream os;
     os << r.strategy << ',' << r.step << ',' << detail::number(r.eval_loss, 6) << ',' << detail::number(r.eval_ppl, 4)
        << ',' << detail::number(r.train_loss, 6) << ',' << detail::number(r.correlation, 6) << ','
@@ -61,6 +69,9 @@ inline std::string csv_line(const eval_row& r) {
        << detail::number(r.wall_s, 3) << ',' << r.peak_bytes << ','
        << detail::number(r.sim_wall_s.empty() ? std::numeric_limits<double>::quiet_NaN() : r.sim_wall_s[0], 4);
     for (std::size_t k = 1; k < r.sim_wall_s.size(); ++k) os << ',' << detail::number(r.sim_wall_s[k], 4);
+    if (membership)
+        os << ',' << r.live_workers << ',' << r.epoch << ',' << detail::number(r.model_time, 3) << ','
+           << detail::number(r.goodput, 6);
     return os.str();
 }
 
@@ -70,21 +81,23 @@ class csv_writer {
 public:
     // Opens the file and writes the header through to it, so a file that cannot be written
     // (a full disk, /dev/full) is a usage_error now rather than after the first run.
-    explicit csv_writer(const std::string& path, const std::vector<network_config>& networks = {})
-        : out_(path, std::ios::trunc) {
+    explicit csv_writer(const std::string& path, const std::vector<network_config>& networks = {},
+                        bool membership = false)
+        : out_(path, std::ios::trunc), membership_(membership) {
         if (!out_) throw usage_error("--csv: cannot open " + quoted_value(path) + " for writing");
-        out_ << csv_header_for(networks) << '\n';
+        out_ << csv_header_for(networks, membership) << '\n';
         out_.flush();
         if (!out_) throw usage_error("--csv: cannot write to " + quoted_value(path));
     }
     void write(const run_result& run) {
-        for (const auto& r : run.rows) out_ << csv_line(r) << '\n';
+        for (const auto& r : run.rows) out_ << csv_line(r, membership_) << '\n';
         out_.flush();
         if (!out_) throw std::runtime_error("--csv: write failed");
     }
 
 private:
     std::ofstream out_;
+    bool membership_ = false;
 };
 
 // 1536 -> "1.5 KiB".
@@ -152,6 +165,31 @@ inline void print_network_table(std::ostream& os, const std::vector<run_result>&
     }
 }
 
+// Elastic and --speeds runs: membership and the modelled goodput of each strategy
+// (docs/simulator.md gives the formula).
+inline void print_membership_table(std::ostream& os, const std::vector<run_result>& runs) {
+    bool any = false;
+    for (const auto& run : runs) any = any || run.membership.present;
+    if (!any) return;
+    os << "\nmembership and goodput (modelled time in inner steps of a speed-1 worker; docs/simulator.md)\n";
+    os << std::left << std::setw(15) << "strategy" << std::right << std::setw(9) << "rounds" << std::setw(8) << "alive"
+       << std::setw(7) << "epoch" << std::setw(9) << "changes" << std::setw(7) << "joins" << std::setw(7) << "left"
+       << std::setw(10) << "<quorum" << std::setw(9) << "retried" << std::setw(12) << "state sent" << std::setw(10)
+       << "useful" << std::setw(8) << "lost" << std::setw(12) << "worker time" << std::setw(11) << "model time"
+       << std::setw(9) << "goodput" << '\n';
+    for (const auto& run : runs) {
+        if (!run.membership.present || run.rows.empty()) continue;
+        const membership_summary& m = run.membership;
+        os << std::left << std::setw(15) << run.rows.back().strategy << std::right << std::setw(9) << m.rounds
+           << std::setw(8) << m.final_workers << std::setw(7) << m.epoch << std::setw(9) << m.changes << std::setw(7)
+           << m.joined << std::setw(7) << m.left << std::setw(10) << m.rounds_below_quorum << std::setw(9)
+           << m.rounds_retried << std::setw(12) << human_bytes(m.state_bytes) << std::setw(10)
+           << detail::number(m.useful_steps, 0) << std::setw(8) << detail::number(m.lost_steps, 0) << std::setw(12)
+           << detail::number(m.worker_time, 0) << std::setw(11) << detail::number(m.model_time, 0) << std::setw(9)
+           << detail::number(m.goodput, 4) << '\n';
+    }
+}
+
 // The progress line on stderr: rewritten in place at most 5 times a second on a terminal;
 // otherwise one line every 15 s, so a redirected log stays short.
 class progress_line final : public step_observer {
@@ -166,6 +204,13 @@ public:
         start_ = last_ = std::chrono::steady_clock::now();
         loss_ = 0;
         seen_ = 0;
+        workers_ = -1;
+        epoch_ = 0;
+    }
+
+    void on_membership(int workers, std::uint64_t epoch) override {
+        workers_ = workers;
+        epoch_ = epoch;
     }
 
     void on_step(int step, double train_loss) override {
@@ -182,9 +227,14 @@ public:
         // Training tokens (predicted characters) per second, all workers together; the
         // evaluations inside the elapsed time count against it.
         const double rate = elapsed > 0 ? tokens_per_step_ * step / elapsed : 0.0;
-        char line[256];
-        std::snprintf(line, sizeof line, "%s  step %d/%d  loss %.4f  %.0f tok/s  elapsed %.1fs  ETA %.1fs",
-                      label_.c_str(), step, steps_, loss_, rate, elapsed, eta);
+        char line[320];
+        // Elastic runs name the members and the epoch of their view.
+        char members[64] = "";
+        if (workers_ >= 0)
+            std::snprintf(members, sizeof members, "  workers %d  epoch %llu", workers_,
+                          static_cast<unsigned long long>(epoch_));
+        std::snprintf(line, sizeof line, "%s  step %d/%d%s  loss %.4f  %.0f tok/s  elapsed %.1fs  ETA %.1fs",
+                      label_.c_str(), step, steps_, members, loss_, rate, elapsed, eta);
         if (tty_)
             std::fprintf(stderr, "\r\033[K%s", line);
         else
@@ -207,6 +257,8 @@ private:
     std::chrono::steady_clock::time_point start_, last_;
     double loss_ = 0;
     long seen_ = 0;
+    int workers_ = -1; // elastic runs: the members (-1: not reported)
+    std::uint64_t epoch_ = 0;
 };
 
 } // namespace trickle_sim

@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <stdexcept>
 #include <utility>
 #include <variant>
 
@@ -50,6 +51,14 @@ public:
     // exchanger over comm::async meets through the wrapper, behind its operations in
     // flight: the wrapped communicator must not be called beside them.
     virtual void barrier(trickle::comm::local& comm) { comm.barrier(); }
+    // DiLoCo with manual_outer (--speeds, --round-policy deadline): this worker's weight
+    // in the coming outer step, and the outer step itself (collective).
+    virtual void set_weight(float /*w*/) { throw std::logic_error("set_weight: not a DiLoCo exchanger"); }
+    virtual void outer_step() { throw std::logic_error("outer_step: not a DiLoCo exchanger"); }
+    // The algorithm's membership over an elastic communicator (zeros otherwise).
+    virtual trickle::membership_stats membership() const { return {}; }
+    // Inner steps the algorithm has counted (a joiner starts at the step it was admitted at).
+    virtual std::uint64_t algorithm_steps() const { return 0; }
 };
 
 // Fully synchronous data parallelism: the mean gradient over workers, every step.
@@ -128,6 +137,13 @@ public:
         return t;
     }
     const trickle::exchange_stats& stats() const { return algorithm_.stats(); }
+    void set_weight(float w) override { algorithm_.set_weight(w); }
+    void outer_step() override {
+        algorithm_.outer_step(trickle::exec::host{});
+        note_peak();
+    }
+    trickle::membership_stats membership() const override { return algorithm_.membership(); }
+    std::uint64_t algorithm_steps() const override { return algorithm_.stats().steps; }
 
 private:
     // stats().last is the latest completed operation; looked at after every step.
@@ -340,6 +356,21 @@ std::unique_ptr<exchanger> make_diloco_exchanger_async(const sim_config& c, cons
 std::unique_ptr<exchanger> make_sparta_diloco_exchanger_async(const sim_config& c,
                                                               const trickle::param_group<float>& group,
                                                               trickle::comm::local& comm, float weight);
+
+// The same algorithms over comm::elastic_local (strategies_elastic.cpp), for the elastic
+// runs (--fail, --join, --min-workers): the options carry min_workers and join.
+std::unique_ptr<exchanger> make_diloco_exchanger_elastic(const sim_config& c, const trickle::param_group<float>& group,
+                                                         trickle::comm::elastic_local& comm,
+                                                         const trickle::diloco_options& options);
+std::unique_ptr<exchanger> make_sparta_exchanger_elastic(const sim_config& c, const trickle::param_group<float>& group,
+                                                         trickle::comm::elastic_local& comm,
+                                                         const trickle::sparta_options& options);
+// (strategies_elastic_sparta_diloco.cpp: its own unit, being the largest set of instantiations.)
+std::unique_ptr<exchanger> make_sparta_diloco_exchanger_elastic(const sim_config& c,
+                                                                const trickle::param_group<float>& group,
+                                                                trickle::comm::elastic_local& comm,
+                                                                const trickle::sparta_options& sparse,
+                                                                const trickle::diloco_options& outer_options);
 
 // Collective (trickle's algorithms check at construction that all workers agree): every
 // worker calls it at once with the same configuration (the weight aside).

@@ -1,8 +1,9 @@
 // examples/sim/strategies_impl.hpp: the bodies of the algorithm factories, over comm::local or comm::async<comm::local>.
 //
 // Each strategies_*.cpp instantiates one of these for one communicator (Async false: the
-// worker's comm::local; true: a comm::async wrapper the exchanger owns), so the policy
-// combinations of each are compiled once, in their own translation unit.
+// worker's comm::local, or comm::elastic_local for the elastic runs; true: a comm::async
+// wrapper of comm::local the exchanger owns), so the policy combinations of each are
+// compiled once, in their own translation unit.
 #pragma once
 
 #include "strategies.hpp"
@@ -11,31 +12,31 @@ namespace trickle_sim::detail {
 
 // The exchanger for an Algorithm built by make(comm): over the worker's communicator, or
 // over a comm::async wrapper of it that lives as long as the algorithm.
-template <bool Async, class Algorithm, class Make>
-std::unique_ptr<exchanger> wrap_algorithm(trickle::comm::local& comm, overlap_plan plan, const Make& make) {
+template <bool Async, class Algorithm, class Comm, class Make>
+std::unique_ptr<exchanger> wrap_algorithm(Comm& comm, overlap_plan plan, const Make& make) {
     if constexpr (Async)
         return std::make_unique<async_algorithm_exchanger<Algorithm>>(comm, plan, make);
     else
         return std::make_unique<algorithm_exchanger<Algorithm>>(plan, make(comm));
 }
 
-template <bool Async>
-std::unique_ptr<exchanger> sparta_exchanger(const sim_config& c, const trickle::param_group<float>& group,
-                                            trickle::comm::local& comm) {
+template <bool Async, class Comm>
+std::unique_ptr<exchanger> sparta_exchanger(const sim_config& c, const trickle::param_group<float>& group, Comm& comm,
+                                            const trickle::sparta_options& options) {
     const topology_choice top = make_topology(c);
     return std::visit(
         [&](auto sam, auto sch) -> std::unique_ptr<exchanger> {
             using algorithm = trickle::sparta<decltype(sam), decltype(sch), topology_choice, trickle::codec::any>;
             return wrap_algorithm<Async, algorithm>(comm, sparta_overlap_plan(c), [&](auto& on) {
-                return algorithm(group, on, make_sparta_options(c), sam, sch, top, make_codec(c.codec, c.codec_block));
+                return algorithm(group, on, options, sam, sch, top, make_codec(c.codec, c.codec_block));
             });
         },
         make_sampler(c), make_schedule(c));
 }
 
-template <bool Async>
-std::unique_ptr<exchanger> diloco_exchanger(const sim_config& c, const trickle::param_group<float>& group,
-                                            trickle::comm::local& comm, const trickle::diloco_options& options) {
+template <bool Async, class Comm>
+std::unique_ptr<exchanger> diloco_exchanger(const sim_config& c, const trickle::param_group<float>& group, Comm& comm,
+                                            const trickle::diloco_options& options) {
     const topology_choice top = make_topology(c);
     const overlap_plan plan = options.overlap_steps > 0 ? streaming_overlap_plan(c) : overlap_plan{};
     return std::visit(
@@ -47,17 +48,18 @@ std::unique_ptr<exchanger> diloco_exchanger(const sim_config& c, const trickle::
         make_outer(c), make_outer_wire(c));
 }
 
-template <bool Async>
+template <bool Async, class Comm>
 std::unique_ptr<exchanger> sparta_diloco_exchanger(const sim_config& c, const trickle::param_group<float>& group,
-                                                   trickle::comm::local& comm, float weight) {
+                                                   Comm& comm, const trickle::sparta_options& sparse,
+                                                   const trickle::diloco_options& outer_options) {
     const topology_choice top = make_topology(c);
     return std::visit(
         [&](auto sam, auto sch, auto out, auto wire) -> std::unique_ptr<exchanger> {
             using algorithm = trickle::sparta_diloco<decltype(sam), decltype(sch), topology_choice, decltype(out),
                                                      trickle::codec::any, decltype(wire)>;
             return wrap_algorithm<Async, algorithm>(comm, sparta_overlap_plan(c), [&](auto& on) {
-                return algorithm(group, on, make_sparta_options(c), make_diloco_options(c, weight), sam, sch, top, out,
-                                 make_codec(c.codec, c.codec_block), wire);
+                return algorithm(group, on, sparse, outer_options, sam, sch, top, out, make_codec(c.codec, c.codec_block),
+                                 wire);
             });
         },
         make_sampler(c), make_schedule(c), make_outer(c), make_outer_wire(c));

@@ -5,7 +5,7 @@ namespace trickle_sim {
 
 std::unique_ptr<exchanger> make_sparta_exchanger_async(const sim_config& c, const trickle::param_group<float>& group,
                                                        trickle::comm::local& comm) {
-    return detail::sparta_exchanger<true>(c, group, comm);
+    return detail::sparta_exchanger<true>(c, group, comm, make_sparta_options(c));
 }
 
 std::unique_ptr<exchanger> make_diloco_exchanger_async(const sim_config& c, const trickle::param_group<float>& group,

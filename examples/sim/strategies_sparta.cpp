@@ -5,7 +5,7 @@ namespace trickle_sim {
 
 std::unique_ptr<exchanger> make_sparta_exchanger(const sim_config& c, const trickle::param_group<float>& group,
                                                  trickle::comm::local& comm) {
-    return detail::sparta_exchanger<false>(c, group, comm);
+    return detail::sparta_exchanger<false>(c, group, comm, make_sparta_options(c));
 }
 
 } // namespace trickle_sim

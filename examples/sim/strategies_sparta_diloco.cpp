@@ -5,7 +5,8 @@ namespace trickle_sim {
 
 std::unique_ptr<exchanger> make_sparta_diloco_exchanger(const sim_config& c, const trickle::param_group<float>& group,
                                                         trickle::comm::local& comm, float weight) {
-    return detail::sparta_diloco_exchanger<false>(c, group, comm, weight);
+    return detail::sparta_diloco_exchanger<false>(c, group, comm, make_sparta_options(c),
+                                                  make_diloco_options(c, weight));
 }
 
 } // namespace trickle_sim

@@ -6,7 +6,8 @@ namespace trickle_sim {
 std::unique_ptr<exchanger> make_sparta_diloco_exchanger_async(const sim_config& c,
                                                               const trickle::param_group<float>& group,
                                                               trickle::comm::local& comm, float weight) {
-    return detail::sparta_diloco_exchanger<true>(c, group, comm, weight);
+    return detail::sparta_diloco_exchanger<true>(c, group, comm, make_sparta_options(c),
+                                                 make_diloco_options(c, weight));
 }
 
 } // namespace trickle_sim

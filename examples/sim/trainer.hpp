@@ -44,6 +44,28 @@ struct eval_row {
     std::uint64_t peak_bytes = 0;            // the most one worker sent in one operation so far
     double step_compute_s = 0;               // the model's compute per step: --step-time or measured so far
     std::vector<double> sim_wall_s;          // the modelled wall time on each --network (network.hpp)
+    // Elastic and --speeds runs (trainer_elastic.cpp); the CSV has them only for those.
+    int live_workers = 0;       // members after this step
+    std::uint64_t epoch = 0;    // the membership epoch of their view
+    double model_time = 0;      // modelled time so far, in inner steps of a speed-1 worker
+    double goodput = 0;         // useful inner steps / worker time, were training to stop here
+};
+
+// What an elastic or --speeds run adds to its result (docs/simulator.md gives the formula).
+struct membership_summary {
+    bool present = false;               // an elastic or --speeds run
+    bool elastic = false;               // over comm::elastic_local
+    std::string rounds = "fixed";       // fixed (no --speeds), deadline or wait
+    int final_workers = 0;              // members at the end
+    std::uint64_t epoch = 0;            // the epoch of the last view
+    std::uint64_t changes = 0, joined = 0, left = 0, joins_refused = 0; // most seen by one worker
+    std::uint64_t rounds_retried = 0, rounds_below_quorum = 0;          // most seen by one worker
+    std::uint64_t state_bytes = 0;      // state received by the joiners, in all
+    double useful_steps = 0;            // inner steps whose work reached the evaluated model
+    double lost_steps = 0;              // inner steps of failed workers since their last round
+    double worker_time = 0;             // the workers' time, idle included, in speed-1 steps
+    double model_time = 0;              // the run's modelled duration, in speed-1 steps
+    double goodput = 0;                 // useful_steps / worker_time
 };
 
 struct run_result {
@@ -57,6 +79,10 @@ struct run_result {
     double wall_s = 0;
     std::vector<std::vector<step_traffic>> traffic; // each worker's completed operations, step by step
     traffic_shape shape{};                          // how they count in the network model
+    // Elastic runs: the ids of the workers alive at the end, whose replicas, bytes and
+    // replica losses the vectors above hold, in this order (empty: ids 0 .. N-1).
+    std::vector<int> final_ids;
+    membership_summary membership;
 };
 
 // The compute-time clock of one worker: the CPU time of its own thread, which a shared
@@ -74,6 +100,8 @@ class step_observer {
 public:
     virtual ~step_observer() = default;
     virtual void on_step(int step, double train_loss) = 0;
+    // Elastic runs, before on_step: the members and the epoch of their view.
+    virtual void on_membership(int /*workers*/, std::uint64_t /*epoch*/) {}
 };
 
 // ddp's bytes per step for the busiest worker: the communicator's cost model for an fp32
@@ -274,12 +302,17 @@ run_result run_strategy_with(const Model& model, const sim_config& cfg, const da
 
 } // namespace detail
 
+// The trainer of elastic and --speeds runs (trainer_elastic.cpp): workers that fail, join,
+// or run at different speeds, meeting at round boundaries instead of in lock step.
+run_result run_rounds(const sim_config& cfg, const dataset& data, strategy_kind kind, step_observer* observer);
+
 // Trains every worker for cfg.steps steps under one strategy and evaluates every
 // cfg.eval_every steps and at the end. Throws what a worker threw (trickle's errors,
 // usage_error for a strategy this build cannot run).
 inline run_result run_strategy(const sim_config& cfg, const dataset& data, strategy_kind kind,
                                step_observer* observer = nullptr) {
     single_threaded_blas();
+    if (round_trained(cfg)) return run_rounds(cfg, data, kind, observer);
     if (cfg.model.kind == model_kind::gpt)
         return detail::run_strategy_with(gpt(cfg.model, data.vocab()), cfg, data, kind, observer);
     return detail::run_strategy_with(mlp(cfg.model, data.vocab()), cfg, data, kind, observer);
