@@ -12,7 +12,8 @@
 #   wait            the same speeds, every round waits for the slowest (--round-policy wait)
 #   fast-only       the 4 speed-1 workers alone: the 4 slow ones fail before step 0
 # Files STRATEGY.NAME.seedS.csv and .txt in docs/experiments/elastic/, then the figures
-# and summary.md (scripts/plot_elastic.py). About 30 minutes on two cores.
+# and summary.md (scripts/plot_elastic.py). About 12 minutes on two cores (706 s, shared
+# with other jobs: load about 6).
 #   scripts/elastic_experiments.sh               build (Release preset) and run everything
 #   SIM=path/to/trickle-sim scripts/elastic_experiments.sh
 #   scripts/elastic_experiments.sh --plot-only   redraw from the existing CSVs

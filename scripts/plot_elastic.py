@@ -74,10 +74,18 @@ def loss_at_time(rows, t):
     return None
 
 
+def window_mean(rows, lo, hi):
+    """The mean eval loss of the evaluations with modelled time in [lo, hi] (None if none)."""
+    xs = [r["loss"] for r in rows if lo <= r["time"] <= hi]
+    return statistics.fmean(xs) if xs else None
+
+
 def summarize(per_seed, horizon):
     finals = [rows[-1] for rows in per_seed.values()]
     losses = [r["loss"] for r in finals]
     at_t = [loss_at_time(rows, horizon) for rows in per_seed.values()]
+    # The last third of the fixed run's time: less noisy than one evaluation.
+    window = [window_mean(rows, 2 * horizon / 3, horizon) for rows in per_seed.values()]
     return {
         "seeds": len(losses),
         "loss": statistics.fmean(losses),
@@ -88,6 +96,7 @@ def summarize(per_seed, horizon):
         "steps": finals[0]["step"],
         "workers": finals[0]["workers"] if finals[0]["workers"] is not None else 8,
         "at_t": statistics.fmean(at_t) if all(v is not None for v in at_t) else None,
+        "window": statistics.fmean(window) if all(v is not None for v in window) else None,
         "bytes": statistics.fmean(r["bytes"] for r in finals),
     }
 
@@ -198,13 +207,16 @@ def main():
 
     with open(os.path.join(d, "summary.md"), "w") as fh:
         fh.write("| strategy | configuration | seeds | final eval loss (min-max) | vs fixed | loss at time %d | "
-                 "goodput | modelled time | workers at end |\n" % horizon)
-        fh.write("|---|---|---|---|---|---|---|---|---|\n")
+                 "mean loss, time %d-%d | vs fixed | goodput | modelled time | workers at end |\n"
+                 % (horizon, 2 * horizon / 3, horizon))
+        fh.write("|---|---|---|---|---|---|---|---|---|---|---|\n")
         for (st, n), v in stats.items():
-            fixed = stats[(st, "fixed")]["loss"]
+            fixed = stats[(st, "fixed")]
             at_t = f"{v['at_t']:.4f}" if v["at_t"] is not None else "-"
+            win = f"{v['window']:.4f} | {v['window'] - fixed['window']:+.4f}" if v["window"] is not None else "- | -"
             fh.write(f"| {st} | {n} | {v['seeds']} | {v['loss']:.4f} ({v['lo']:.4f}-{v['hi']:.4f}) | "
-                     f"{v['loss'] - fixed:+.4f} | {at_t} | {v['goodput']:.4f} | {v['time']:.0f} | {v['workers']} |\n")
+                     f"{v['loss'] - fixed['loss']:+.4f} | {at_t} | {win} | {v['goodput']:.4f} | {v['time']:.0f} | "
+                     f"{v['workers']} |\n")
     print(open(os.path.join(d, "summary.md")).read())
 
 
