@@ -455,6 +455,19 @@ TEST_CASE("DiLoCo: a failed worker rejoins, takes the global state and ends bit-
         CHECK(bitwise_equal(r.params.at(id), w.params.at(id)));
     }
     CHECK(bitwise_equal(r.params.at(3), w.params.at(0)));
+    // A restart within the round of its own failure: dropped and admitted at the same outer
+    // step, without waiting out the (long) timeout.
+    plan quick;
+    quick.fail_at[3] = 5;
+    quick.join_at[3] = 6;
+    quick.timeout = 60000ms;
+    const auto t0 = std::chrono::steady_clock::now();
+    const outcome qo = run_scenario(quick, make_diloco);
+    CHECK(std::chrono::steady_clock::now() - t0 < 20s);
+    CHECK(qo.errors.empty());
+    REQUIRE(qo.params.size() == 4);
+    require_identical(qo.params, "parameters");
+    CHECK(qo.membership.at(0).changes == 1); // one renewal dropped and re-admitted it
     // A brand-new worker (id 4) joins a full world of 4.
     plan q;
     q.capacity = 5;

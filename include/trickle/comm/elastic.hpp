@@ -270,9 +270,13 @@ public:
         w.arrived_.insert(id_);
         for (;;) {
             if (w.round_ != round) break;
+            // A member that failed is not waited for; nor is one whose restart already waits
+            // in join() (its old incarnation is gone: it is dropped and admitted again).
             bool all = true;
-            for (int id : w.members_)
-                all = all && (w.arrived_.count(id) || w.state_[static_cast<std::size_t>(id)] == worker_state::dead);
+            for (int id : w.members_) {
+                const worker_state st = w.state_[static_cast<std::size_t>(id)];
+                all = all && (w.arrived_.count(id) || st == worker_state::dead || st == worker_state::joining);
+            }
             if (all || std::chrono::steady_clock::now() >= w.deadline_) {
                 w.decide();
                 break;
