@@ -205,14 +205,15 @@ inline membership_plan make_membership_plan(int workers, int steps, const std::v
                 }
                 const int admit = p.round_end_of(e.step + 1);
                 if (last_fail >= 0 && admit == p.round_end_of(last_fail + 1)) {
-                    // comm::elastic_local would take the new incarnation, waiting in join(),
-                    // for the old member that has not arrived, and wait out the timeout.
+                    // The simulator's meetings schedule a rejoin from the boundary that drops the
+                    // failed worker (comm::elastic_local itself now admits a restart in the round
+                    // of its failure at once, but the planner was written before that).
                     const int dropped = admit;
                     error = item("--join", me) + ": worker " + std::to_string(id) + " fails at step " +
                             std::to_string(last_fail) + " and leaves the view only at the round boundary at step " +
                             std::to_string(dropped) + "; it can rejoin from step " + std::to_string(dropped) +
-                            " on (a rejoin in the round of its failure would make the renewal wait out the "
-                            "timeout for the old member)";
+                            " on (the simulator schedules a rejoin from the round boundary that drops the "
+                            "failed worker)";
                     return p;
                 }
                 if (admit > steps) {
