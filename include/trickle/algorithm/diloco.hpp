@@ -458,18 +458,22 @@ private:
     }
 
     void start_joining(const param_group<T, Space>& group) {
-        prepare_joiner(group);
-        const comm::membership_change admitted = comm_.join();
-        const float weight = options_.weight;
-        options_.weight = 0.0f;
-        try {
-            detail::elastic_round(comm_, *this, mstats_, options_.min_workers, admitted, kind,
-                                  [&] { run_outer_step(exec::host{}); });
-        } catch (...) {
+        if constexpr (elastic) { // (explicit instantiations compile every member)
+            prepare_joiner(group);
+            const comm::membership_change admitted = comm_.join();
+            const float weight = options_.weight;
+            options_.weight = 0.0f;
+            try {
+                detail::elastic_round(comm_, *this, mstats_, options_.min_workers, admitted, kind,
+                                      [&] { run_outer_step(exec::host{}); });
+            } catch (...) {
+                options_.weight = weight;
+                throw;
+            }
             options_.weight = weight;
-            throw;
+        } else {
+            (void)group;
         }
-        options_.weight = weight;
     }
 
     config_record describe(const param_group<T, Space>& group) const {

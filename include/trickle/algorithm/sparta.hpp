@@ -401,12 +401,16 @@ private:
     }
 
     void start_joining(const param_group<T, Space>& group) {
-        prepare_joiner(group);
-        const comm::membership_change admitted = comm_.join();
-        detail::elastic_round(comm_, *this, mstats_, options_.min_workers, admitted, kind,
-                              [&] { exchange(exec::host{}, stats_.steps); });
-        stats_.steps += 1;
-        stats_.dense_bytes += dense_per_step_;
+        if constexpr (elastic) { // (explicit instantiations compile every member)
+            prepare_joiner(group);
+            const comm::membership_change admitted = comm_.join();
+            detail::elastic_round(comm_, *this, mstats_, options_.min_workers, admitted, kind,
+                                  [&] { exchange(exec::host{}, stats_.steps); });
+            stats_.steps += 1;
+            stats_.dense_bytes += dense_per_step_;
+        } else {
+            (void)group;
+        }
     }
 
     config_record describe(const param_group<T, Space>& group) const {
