@@ -9,16 +9,11 @@ failures.png, speeds.png and summary.md in DIR. A fixed run's CSV has no members
 columns: its workers are all alive, its modelled time is its step and its goodput 1.
 """
 import argparse
-import csv
-import glob
 import os
 import re
 import statistics
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+from plotlib import band, final_stats, plt, read_rows, save, seed_paths
 
 FAILS = (1, 2, 4)
 SPEEDS = ["deadline", "wait", "fast-only"]
@@ -26,19 +21,17 @@ STRATEGIES = ["diloco", "sparta-diloco"]
 
 
 def read(path):
-    with open(path, newline="") as fh:
-        rows = list(csv.DictReader(fh))
-    if not rows:
-        raise SystemExit(f"{path}: no rows")
+    """One run's evaluations; a fixed run (no membership columns) has all 8 workers alive,
+    modelled time = step and goodput 1."""
     out = []
-    for r in rows:
+    for r in read_rows(path):
         step = int(r["step"])
         out.append({
             "step": step,
-            "loss": float(r["eval_loss"]),
-            "time": float(r["model_time"]) if r.get("model_time") else float(step),
-            "goodput": float(r["goodput"]) if r.get("goodput") else 1.0,
-            "workers": int(r["live_workers"]) if r.get("live_workers") else None,
+            "loss": r["eval_loss"],
+            "time": r["model_time"] if "model_time" in r else float(step),
+            "goodput": r["goodput"] if "goodput" in r else 1.0,
+            "workers": int(r["live_workers"]) if "live_workers" in r else None,
             "bytes": int(r["bytes_sent_per_worker"]),
         })
     return out
@@ -46,19 +39,14 @@ def read(path):
 
 def runs(d, name):
     """{seed: rows} of one configuration."""
-    out = {}
-    for path in glob.glob(os.path.join(d, f"{name}.seed*.csv")):
-        m = re.fullmatch(re.escape(name) + r"\.seed(\d+)\.csv", os.path.basename(path))
-        if m:
-            out[int(m.group(1))] = read(path)
-    return dict(sorted(out.items()))
+    paths = seed_paths(d, re.escape(name) + r"\.seed(?P<seed>\d+)\.csv")
+    return {seed: read(path) for seed, path in paths.items()}
 
 
 def mean_curve(per_seed, key="step"):
     """The mean loss at each x (step or modelled time) the seeds share."""
-    xs = sorted(set.intersection(*(set(r[key] for r in rows) for rows in per_seed.values())))
-    return xs, [statistics.fmean(next(r["loss"] for r in rows if r[key] == x) for rows in per_seed.values())
-                for x in xs]
+    xs, mean, _, _ = band(per_seed, key="loss", x=key)
+    return xs, mean
 
 
 def loss_at_time(rows, t):
@@ -82,15 +70,15 @@ def window_mean(rows, lo, hi):
 
 def summarize(per_seed, horizon):
     finals = [rows[-1] for rows in per_seed.values()]
-    losses = [r["loss"] for r in finals]
+    loss = final_stats(r["loss"] for r in finals)
     at_t = [loss_at_time(rows, horizon) for rows in per_seed.values()]
     # The last third of the fixed run's time: less noisy than one evaluation.
     window = [window_mean(rows, 2 * horizon / 3, horizon) for rows in per_seed.values()]
     return {
-        "seeds": len(losses),
-        "loss": statistics.fmean(losses),
-        "lo": min(losses),
-        "hi": max(losses),
+        "seeds": loss.n,
+        "loss": loss.mean,
+        "lo": loss.lo,
+        "hi": loss.hi,
         "goodput": statistics.fmean(r["goodput"] for r in finals),
         "time": finals[0]["time"],
         "steps": finals[0]["step"],
@@ -165,9 +153,7 @@ def main():
         bx.set_title(f"{st}: final loss")
         bx.legend(fontsize=8)
         bx.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(os.path.join(d, "failures.png"), dpi=110)
-    plt.close(fig)
+    save(fig, os.path.join(d, "failures.png"))
 
     # Speeds (DiLoCo): loss against modelled time, and goodput.
     if any(("diloco", n) in data for n in SPEEDS):
@@ -201,9 +187,7 @@ def main():
         bx.set_ylim(0, 1.1)
         bx.set_ylabel("goodput (useful steps / worker time)")
         bx.set_title("goodput")
-        fig.tight_layout()
-        fig.savefig(os.path.join(d, "speeds.png"), dpi=110)
-        plt.close(fig)
+        save(fig, os.path.join(d, "speeds.png"))
 
     with open(os.path.join(d, "summary.md"), "w") as fh:
         fh.write("| strategy | configuration | seeds | final eval loss (min-max) | vs fixed | loss at time %d | "

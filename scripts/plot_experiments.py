@@ -4,15 +4,11 @@
 usage: python3 scripts/plot_experiments.py [DIR]      (DIR defaults to docs/experiments)
 Each figure reads only trickle-sim's CSV columns; a missing CSV is an error naming it.
 """
-import csv
 import math
 import os
 import sys
 
-import matplotlib
-
-matplotlib.use("Agg")  # files only, no display
-import matplotlib.pyplot as plt  # noqa: E402
+from plotlib import plt, read_csv, save
 
 COLORS = {"ddp": "#222222", "none": "#d62728", "sparta": "#1f77b4", "diloco": "#2ca02c",
           "sparta-diloco": "#9467bd", "single": "#7f7f7f"}
@@ -23,12 +19,7 @@ def load(directory, name):
     path = os.path.join(directory, name + ".csv")
     if not os.path.exists(path):
         sys.exit(f"plot_experiments: {path} is missing; run scripts/experiments.sh first")
-    runs = {}
-    with open(path, newline="") as f:
-        for row in csv.DictReader(f):
-            parsed = {k: (v if k == "strategy" else float(v)) for k, v in row.items()}
-            runs.setdefault(row["strategy"], []).append(parsed)
-    return runs
+    return read_csv(path)
 
 
 def column(rows, key):
@@ -57,9 +48,7 @@ def finish(fig, ax, directory, name, title, ylabel="held-out loss of the average
     ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(os.path.join(directory, name + ".png"), dpi=110)
-    plt.close(fig)
+    save(fig, os.path.join(directory, name + ".png"))
 
 
 def fig_two_workers(d):
@@ -162,9 +151,7 @@ def fig_diloco(d):
     b.set_title("DiLoCo's outer optimizers (H = 100; final loss in brackets)", fontsize=10)
     b.grid(alpha=0.3)
     b.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(os.path.join(d, "fig6_diloco.png"), dpi=110)
-    plt.close(fig)
+    save(fig, os.path.join(d, "fig6_diloco.png"))
 
 
 def fig_iid(d):
@@ -206,9 +193,7 @@ def fig_drop_prune(d):
     b.set_title("DiLoCo with pruned outer gradients (smallest magnitudes)", fontsize=10)
     b.grid(alpha=0.3)
     b.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(os.path.join(d, "fig8_drop_prune.png"), dpi=110)
-    plt.close(fig)
+    save(fig, os.path.join(d, "fig8_drop_prune.png"))
 
 
 def tail_mean(rows, k=5):

@@ -6,15 +6,11 @@ usage: plot_streaming.py DIR   (DIR: docs/experiments/streaming)
 Reads NAME.seedS.csv (pass A: measured compute) and NAME-step100ms.seed1.csv (pass B:
 --step-time 100); writes loss.png, peak_bytes.png, wall_time.png and summary.md in DIR.
 """
-import csv
 import os
 import statistics
 import sys
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+from plotlib import final_stats, last_row, plt, save
 
 NETWORKS = [("datacenter", "sim_wall_s"), ("cross-region", "sim_wall_s_cross-region"),
             ("internet", "sim_wall_s_internet")]
@@ -33,14 +29,6 @@ def configs():
 CONTROLS = ["diloco-1999", "stream-F1-tau5-2005"]
 
 
-def last_row(path):
-    with open(path, newline="") as fh:
-        rows = list(csv.DictReader(fh))
-    if not rows:
-        raise SystemExit(f"{path}: no rows")
-    return rows[-1]
-
-
 def main():
     if len(sys.argv) != 2:
         raise SystemExit(__doc__)
@@ -52,12 +40,12 @@ def main():
     for n in names:
         finals = [last_row(os.path.join(d, f"{n}.seed{s}.csv")) for s in (1, 2, 3)
                   if os.path.exists(os.path.join(d, f"{n}.seed{s}.csv"))]
-        losses = [float(r["eval_loss"]) for r in finals]
+        loss = final_stats(float(r["eval_loss"]) for r in finals)
         st = {
-            "loss_mean": statistics.fmean(losses),
-            "loss_min": min(losses),
-            "loss_max": max(losses),
-            "seeds": len(losses),
+            "loss_mean": loss.mean,
+            "loss_min": loss.lo,
+            "loss_max": loss.hi,
+            "seeds": loss.n,
             "peak": max(int(r["peak_bytes"]) for r in finals),
             "sent": max(int(r["bytes_sent_per_worker"]) for r in finals),
             "wall_measured": {net: statistics.fmean(float(r[col]) for r in finals) for net, col in NETWORKS},
@@ -88,9 +76,7 @@ def main():
     ax.set_ylim(lows - 0.05, highs + 0.05)
     ax.set_ylabel("final eval loss (nats/char)")
     ax.set_title("License texts, 4 workers, MLP, 2000 steps, H = 100: mean and range of 3 seeds (green: controls)")
-    fig.tight_layout()
-    fig.savefig(os.path.join(d, "loss.png"), dpi=110)
-    plt.close(fig)
+    save(fig, os.path.join(d, "loss.png"))
 
     # Peak bytes per operation.
     fig, ax = plt.subplots(figsize=(11, 4))
@@ -100,9 +86,7 @@ def main():
     ax.set_yscale("log")
     ax.set_ylabel("peak KiB one worker sends in one operation")
     ax.set_title("Peak bytes per exchange (stats().last, max over workers and the run)")
-    fig.tight_layout()
-    fig.savefig(os.path.join(d, "peak_bytes.png"), dpi=110)
-    plt.close(fig)
+    save(fig, os.path.join(d, "peak_bytes.png"))
 
     # Modelled wall time: two compute settings, three networks.
     panels = [("wall_measured", "compute as measured (MLP, about 1 ms per step)")]
@@ -121,9 +105,7 @@ def main():
         ax.set_ylabel("modelled wall time (s)")
         ax.set_title(f"Network model, 2000 steps: {title}")
         ax.legend()
-    fig.tight_layout()
-    fig.savefig(os.path.join(d, "wall_time.png"), dpi=110)
-    plt.close(fig)
+    save(fig, os.path.join(d, "wall_time.png"))
 
     # The table for the docs.
     lines = ["| configuration | eval loss mean [min, max] (seeds) | peak KiB/op | sent MiB/worker |"
