@@ -1,6 +1,5 @@
 // comm::mpi under mpirun: sums, identical bits, byte counts, failure modes, agreement, and equality with comm::local.
 #include <trickle/algorithm/agreement.hpp>
-#include <trickle/comm/async.hpp>
 #include <trickle/comm/local.hpp>
 #include <trickle/comm/mpi.hpp>
 
@@ -20,53 +19,13 @@
 #include <vector>
 
 using namespace trickle;
+using trickle_mpi_test::contains;
 using trickle_mpi_test::gather_all;
-
-namespace {
-
-// An arbitrary float of rank r at position i (sums of these round).
-float wavy(int r, std::size_t i) {
-    return static_cast<float>(std::sin(0.37 * static_cast<double>(i) + 1.3 * r) * (1.0 + r) + 1e-3 * r);
-}
-
-// An integer-valued float: sums of a few are exact in any order.
-float whole(int r, std::size_t i) { return static_cast<float>(r * 1000 + static_cast<int>(i % 977)); }
-
-// The message of the E that fn throws; "(no exception)" or "(other) ..." otherwise.
-template <class E, class Fn>
-std::string thrown(Fn&& fn) {
-    try {
-        fn();
-    } catch (const E& e) {
-        return e.what();
-    } catch (const std::exception& e) {
-        return std::string("(other) ") + e.what();
-    }
-    return "(no exception)";
-}
-
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
-
-// Whether v is bitwise the same on every rank.
-bool same_bits_everywhere(const std::vector<float>& v) {
-    const auto all = gather_all(v);
-    bool same = true;
-    for (int q = 0; q < trickle_mpi_test::world_size(); ++q)
-        same = same && (v.empty() || std::memcmp(all.data() + static_cast<std::size_t>(q) * v.size(), v.data(),
-                                                 v.size() * sizeof(float)) == 0);
-    return same;
-}
-
-// A good all-reduce after a failed call: the communicator is still in step.
-bool still_works(comm::mpi& c) {
-    std::vector<float> v(5, 1.0f);
-    c.all_reduce_sum(v.data(), v.size());
-    bool ok = true;
-    for (float x : v) ok = ok && x == static_cast<float>(c.size());
-    return ok;
-}
-
-} // namespace
+using trickle_mpi_test::same_bits_everywhere;
+using trickle_mpi_test::still_works;
+using trickle_mpi_test::thrown;
+using trickle_mpi_test::wavy;
+using trickle_mpi_test::whole;
 
 TEST_CASE("mpi: constructing before MPI_Init throws invalid_argument") {
     CHECK(contains(trickle_mpi_test::error_before_init, "comm::mpi: MPI is not initialized"));
@@ -500,29 +459,13 @@ TEST_CASE("mpi through comm::async: overlapped all-reduces and shifts give the b
         MESSAGE("skipped: MPI was initialized below MPI_THREAD_SERIALIZED");
         return;
     }
-    const int N = c.size(), r = c.rank();
-    std::vector<float> a(1003), b(1003), sa(77), sb(77), ra(77), rb(77);
-    for (std::size_t i = 0; i < a.size(); ++i) a[i] = b[i] = wavy(r, i);
-    for (std::size_t i = 0; i < sa.size(); ++i) sa[i] = sb[i] = wavy(r + 5, i);
-    const traffic_counters t0 = c.traffic();
-    c.all_reduce_sum(a.data(), a.size());
-    c.send_recv(sa.data(), sa.size(), (r + 1) % N, ra.data(), ra.size(), (r + N - 1) % N);
-    const traffic_counters blocking = c.traffic() - t0;
-    traffic_counters overlapped;
-    {
-        comm::async<comm::mpi> ac(c);
-        const traffic_counters t1 = ac.traffic();
-        comm::request q1 = ac.start_all_reduce_sum(b.data(), b.size());
-        comm::request q2 = ac.start_send_recv(sb.data(), sb.size(), (r + 1) % N, rb.data(), rb.size(), (r + N - 1) % N);
+    const auto o = trickle_mpi_test::run_async_against_blocking(c, 1003, 77, 5, [] {
         double busy = 0;
         for (int k = 0; k < 100000; ++k) busy += std::sqrt(static_cast<double>(k));
         CHECK(busy > 0);
-        q1.wait();
-        q2.wait();
-        overlapped = ac.traffic() - t1;
-    }
-    CHECK(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
-    CHECK(std::memcmp(ra.data(), rb.data(), ra.size() * sizeof(float)) == 0);
-    CHECK(overlapped == blocking);
+    });
+    CHECK(o.same_sums);
+    CHECK(o.same_shifted);
+    CHECK(o.same_traffic);
     CHECK(still_works(c));
 }

@@ -1,11 +1,11 @@
 // comm::mpi with a timeout and every rank healthy: refused timeouts, the untimed results and
 // byte counts, comm::local's bits for the sums, argument checks, moves and comm::async.
 // A rank that stops answering is tested by mpi_silent_peer.cpp, a program of its own.
-#include <trickle/comm/async.hpp>
 #include <trickle/comm/local.hpp>
 #include <trickle/comm/mpi.hpp>
 
 #include "mpi_test_support.hpp"
+#include "test_support.hpp"
 
 #include <doctest/doctest.h>
 
@@ -16,58 +16,21 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <exception>
 #include <string>
 #include <utility>
 #include <vector>
 
 using namespace trickle;
 using namespace std::chrono_literals;
-using trickle_mpi_test::gather_all;
+using trickle_mpi_test::contains;
+using trickle_mpi_test::same_bits_everywhere;
+using trickle_mpi_test::still_works;
+using trickle_mpi_test::thrown;
+using trickle_mpi_test::wavy;
+using trickle_mpi_test::whole;
+using trickle_test::bitwise_equal;
 
 namespace {
-
-float wavy_value(int r, std::size_t i) {
-    return static_cast<float>(std::sin(0.61 * static_cast<double>(i) + 0.9 * r) * (2.0 + r) + 1e-3 * r);
-}
-
-// Integer-valued: sums of a few are exact in any order.
-float whole_value(int r, std::size_t i) { return static_cast<float>(r * 100 + static_cast<int>(i % 53)); }
-
-template <class E, class Fn>
-std::string thrown_by(Fn&& fn) {
-    try {
-        fn();
-    } catch (const E& e) {
-        return e.what();
-    } catch (const std::exception& e) {
-        return std::string("(other) ") + e.what();
-    }
-    return "(no exception)";
-}
-
-bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
-
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-    return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
-}
-
-bool same_bits_on_every_rank(const std::vector<float>& v) {
-    const auto all = gather_all(v);
-    bool same = true;
-    for (int q = 0; q < trickle_mpi_test::world_size(); ++q)
-        same = same && (v.empty() || std::memcmp(all.data() + static_cast<std::size_t>(q) * v.size(), v.data(),
-                                                 v.size() * sizeof(float)) == 0);
-    return same;
-}
-
-bool sums_to_size(comm::mpi& c) {
-    std::vector<float> v(6, 1.0f);
-    c.all_reduce_sum(v.data(), v.size());
-    bool ok = true;
-    for (float x : v) ok = ok && x == static_cast<float>(c.size());
-    return ok;
-}
 
 const std::size_t sum_sizes[] = {0, 1, 3, 5, 1000, 4099};
 
@@ -86,8 +49,8 @@ record run_all(Comm& c) {
     for (std::size_t n : sum_sizes) {
         std::vector<float> w(n), h(n);
         for (std::size_t i = 0; i < n; ++i) {
-            w[i] = wavy_value(r, i);
-            h[i] = whole_value(r, i);
+            w[i] = wavy(r, i);
+            h[i] = whole(r, i);
         }
         c.all_reduce_sum(w.data(), n);
         c.all_reduce_sum(h.data(), n);
@@ -97,12 +60,12 @@ record run_all(Comm& c) {
     // A ring shift with a different count on each rank (rank r sends r + 3 floats).
     const auto sends = static_cast<std::size_t>(r + 3), gets = static_cast<std::size_t>((r + N - 1) % N + 3);
     std::vector<float> out(sends);
-    for (std::size_t i = 0; i < sends; ++i) out[i] = wavy_value(r + 7, i);
+    for (std::size_t i = 0; i < sends; ++i) out[i] = wavy(r + 7, i);
     o.shifted.assign(gets, -1.0f);
     c.send_recv(out.data(), sends, (r + 1) % N, o.shifted.data(), gets, (r + N - 1) % N);
     for (int root = 0; root < N; ++root) {
         std::vector<float> b(11);
-        for (std::size_t i = 0; i < b.size(); ++i) b[i] = wavy_value(r, i + 50);
+        for (std::size_t i = 0; i < b.size(); ++i) b[i] = wavy(r, i + 50);
         c.broadcast(b.data(), b.size(), root);
         o.broadcast.insert(o.broadcast.end(), b.begin(), b.end());
     }
@@ -124,19 +87,19 @@ record run_all(Comm& c) {
 
 TEST_CASE("mpi timeout: negative or unequal timeouts are refused on every rank; set_timeout agrees the same way") {
     const int r = trickle_mpi_test::world_rank(), N = trickle_mpi_test::world_size();
-    std::string msg = thrown_by<invalid_argument>([] { comm::mpi c(MPI_COMM_WORLD, INT_MAX, -5ms); });
-    CHECK(has(msg, "comm::mpi: the timeout must be positive, or zero for none"));
-    CHECK(has(msg, "this rank passed -5 ms"));
+    std::string msg = thrown<invalid_argument>([] { comm::mpi c(MPI_COMM_WORLD, INT_MAX, -5ms); });
+    CHECK(contains(msg, "comm::mpi: the timeout must be positive, or zero for none"));
+    CHECK(contains(msg, "this rank passed -5 ms"));
     // Refused on every rank, even where the rank's own value was fine.
-    msg = thrown_by<invalid_argument>([&] { comm::mpi c(MPI_COMM_WORLD, INT_MAX, r == N - 1 ? -1ms : 1000ms); });
-    CHECK(has(msg, "rank " + std::to_string(N - 1) + " passed a negative one"));
+    msg = thrown<invalid_argument>([&] { comm::mpi c(MPI_COMM_WORLD, INT_MAX, r == N - 1 ? -1ms : 1000ms); });
+    CHECK(contains(msg, "rank " + std::to_string(N - 1) + " passed a negative one"));
     if (N > 1) {
-        msg = thrown_by<invalid_argument>(
+        msg = thrown<invalid_argument>(
             [&] { comm::mpi c(MPI_COMM_WORLD, INT_MAX, std::chrono::milliseconds(1000 + r)); });
-        CHECK(has(msg, "the timeout differs between ranks (from 1000 to " + std::to_string(1000 + N - 1) + " ms)"));
+        CHECK(contains(msg, "the timeout differs between ranks (from 1000 to " + std::to_string(1000 + N - 1) + " ms)"));
         // On for some ranks and off for others: nonblocking and blocking calls never match.
-        msg = thrown_by<invalid_argument>([&] { comm::mpi c(MPI_COMM_WORLD, INT_MAX, r == 0 ? 0ms : 1000ms); });
-        CHECK(has(msg, "the timeout differs between ranks"));
+        msg = thrown<invalid_argument>([&] { comm::mpi c(MPI_COMM_WORLD, INT_MAX, r == 0 ? 0ms : 1000ms); });
+        CHECK(contains(msg, "the timeout differs between ranks"));
     }
 
     comm::mpi plain;
@@ -144,20 +107,20 @@ TEST_CASE("mpi timeout: negative or unequal timeouts are refused on every rank; 
     comm::mpi c(MPI_COMM_WORLD, INT_MAX, 1500ms);
     CHECK(c.timeout() == 1500ms);
     CHECK(!c.broken());
-    msg = thrown_by<invalid_argument>([&] { c.set_timeout(-1ms); });
-    CHECK(has(msg, "comm::mpi set_timeout: the timeout must be positive"));
+    msg = thrown<invalid_argument>([&] { c.set_timeout(-1ms); });
+    CHECK(contains(msg, "comm::mpi set_timeout: the timeout must be positive"));
     CHECK(c.timeout() == 1500ms);
-    msg = thrown_by<invalid_argument>([&] { c.set_timeout(std::chrono::milliseconds(r == 0 ? 700 : 800)); });
-    if (N > 1) CHECK(has(msg, "comm::mpi set_timeout: the timeout differs between ranks"));
+    msg = thrown<invalid_argument>([&] { c.set_timeout(std::chrono::milliseconds(r == 0 ? 700 : 800)); });
+    if (N > 1) CHECK(contains(msg, "comm::mpi set_timeout: the timeout differs between ranks"));
     CHECK(c.timeout() == (N > 1 ? 1500ms : 700ms));
     CHECK(!c.broken());
-    CHECK(sums_to_size(c));
+    CHECK(still_works(c));
     c.set_timeout(0ms); // off: blocking calls again
     CHECK(c.timeout() == 0ms);
-    CHECK(sums_to_size(c));
+    CHECK(still_works(c));
     c.set_timeout(2s); // and on again, from the blocking mode
     CHECK(c.timeout() == 2000ms);
-    CHECK(sums_to_size(c));
+    CHECK(still_works(c));
 }
 
 TEST_CASE("mpi timeout: healthy ranks get the untimed results and byte counts; sums carry comm::local's bits") {
@@ -173,8 +136,8 @@ TEST_CASE("mpi timeout: healthy ranks get the untimed results and byte counts; s
         CHECK(!timed.broken());
 
         // The data movements are copies: the same bits as the blocking calls.
-        CHECK(same_bits(t.shifted, u.shifted));
-        CHECK(same_bits(t.broadcast, u.broadcast));
+        CHECK(bitwise_equal(t.shifted, u.shifted));
+        CHECK(bitwise_equal(t.broadcast, u.broadcast));
         CHECK(t.gathered == u.gathered);
         CHECK(t.all_gathered == u.all_gathered);
         CHECK(t.all_to_all == u.all_to_all);
@@ -184,8 +147,8 @@ TEST_CASE("mpi timeout: healthy ranks get the untimed results and byte counts; s
         // within rounding of the untimed ones.
         for (std::size_t k = 0; k < std::size(sum_sizes); ++k) {
             INFO("n ", sum_sizes[k]);
-            CHECK(same_bits(t.whole[k], u.whole[k]));
-            CHECK(same_bits_on_every_rank(t.wavy[k]));
+            CHECK(bitwise_equal(t.whole[k], u.whole[k]));
+            CHECK(same_bits_everywhere(t.wavy[k]));
             std::size_t far = 0;
             for (std::size_t i = 0; i < t.wavy[k].size(); ++i) {
                 const float a = t.wavy[k][i], b = u.wavy[k][i];
@@ -220,36 +183,36 @@ TEST_CASE("mpi timeout: mismatched arguments still throw on every rank and leave
     std::vector<float> v(static_cast<std::size_t>(10 + r), 1.0f);
     const std::vector<float> before = v;
     const traffic_counters t0 = c.traffic();
-    std::string msg = thrown_by<comm_error>([&] { c.all_reduce_sum(v.data(), v.size()); });
+    std::string msg = thrown<comm_error>([&] { c.all_reduce_sum(v.data(), v.size()); });
     if (N > 1) {
-        CHECK(has(msg, "comm::mpi all_reduce_sum: ranks passed different element counts"));
+        CHECK(contains(msg, "comm::mpi all_reduce_sum: ranks passed different element counts"));
         CHECK(v == before);
     }
-    msg = thrown_by<invalid_argument>([&] { c.broadcast(v.data(), 4, N); });
-    CHECK(has(msg, "out of range"));
-    msg = thrown_by<invalid_argument>([&] { c.all_gather_bytes(r == 0 ? nullptr : v.data(), v.data(), 4); });
-    CHECK(has(msg, "rank 0 passed a null pointer"));
+    msg = thrown<invalid_argument>([&] { c.broadcast(v.data(), 4, N); });
+    CHECK(contains(msg, "out of range"));
+    msg = thrown<invalid_argument>([&] { c.all_gather_bytes(r == 0 ? nullptr : v.data(), v.data(), 4); });
+    CHECK(contains(msg, "rank 0 passed a null pointer"));
     if (N > 1) {
         // Everyone sends to rank 0 and receives from itself: the pairings do not match.
-        msg = thrown_by<comm_error>([&] { c.send_recv(v.data(), 2, 0, v.data() + 4, 2, r); });
-        CHECK(has(msg, "do not pair up"));
+        msg = thrown<comm_error>([&] { c.send_recv(v.data(), 2, 0, v.data() + 4, 2, r); });
+        CHECK(contains(msg, "do not pair up"));
     }
     CHECK(c.traffic() == t0);
     CHECK(!c.broken());
-    CHECK(sums_to_size(c));
+    CHECK(still_works(c));
 }
 
 TEST_CASE("mpi timeout: moves carry the timeout; the moved-from communicator refuses work") {
     comm::mpi a(MPI_COMM_WORLD, INT_MAX, 3s);
     comm::mpi b(std::move(a));
     CHECK(b.timeout() == 3000ms);
-    CHECK(sums_to_size(b));
-    CHECK(has(thrown_by<invalid_argument>([&] { a.barrier(); }), "moved from"));
-    CHECK(has(thrown_by<invalid_argument>([&] { a.set_timeout(1s); }), "moved from"));
+    CHECK(still_works(b));
+    CHECK(contains(thrown<invalid_argument>([&] { a.barrier(); }), "moved from"));
+    CHECK(contains(thrown<invalid_argument>([&] { a.set_timeout(1s); }), "moved from"));
     comm::mpi c;
     c = std::move(b);
     CHECK(c.timeout() == 3000ms);
-    CHECK(sums_to_size(c));
+    CHECK(still_works(c));
 }
 
 TEST_CASE("mpi timeout through comm::async: overlapped operations give the timed blocking bits and bytes") {
@@ -258,26 +221,9 @@ TEST_CASE("mpi timeout through comm::async: overlapped operations give the timed
         MESSAGE("skipped: MPI was initialized below MPI_THREAD_SERIALIZED");
         return;
     }
-    const int N = c.size(), r = c.rank();
-    std::vector<float> a(2001), b(2001), sa(33), sb(33), ra(33), rb(33);
-    for (std::size_t i = 0; i < a.size(); ++i) a[i] = b[i] = wavy_value(r, i);
-    for (std::size_t i = 0; i < sa.size(); ++i) sa[i] = sb[i] = wavy_value(r + 3, i);
-    const traffic_counters t0 = c.traffic();
-    c.all_reduce_sum(a.data(), a.size());
-    c.send_recv(sa.data(), sa.size(), (r + 1) % N, ra.data(), ra.size(), (r + N - 1) % N);
-    const traffic_counters blocking = c.traffic() - t0;
-    traffic_counters overlapped;
-    {
-        comm::async<comm::mpi> ac(c);
-        const traffic_counters t1 = ac.traffic();
-        comm::request q1 = ac.start_all_reduce_sum(b.data(), b.size());
-        comm::request q2 = ac.start_send_recv(sb.data(), sb.size(), (r + 1) % N, rb.data(), rb.size(), (r + N - 1) % N);
-        q1.wait();
-        q2.wait();
-        overlapped = ac.traffic() - t1;
-    }
-    CHECK(same_bits(a, b));
-    CHECK(same_bits(ra, rb));
-    CHECK(overlapped == blocking);
+    const auto o = trickle_mpi_test::run_async_against_blocking(c, 2001, 33, 3, [] {});
+    CHECK(o.same_sums);
+    CHECK(o.same_shifted);
+    CHECK(o.same_traffic);
     CHECK(!c.broken());
 }
