@@ -4,9 +4,11 @@
 # Debian license texts, every configuration under three seeds, one CSV and one TXT per run
 # in docs/experiments/gpt/, then the figures (scripts/plot_gpt_experiments.py).
 #
-#   scripts/gpt_experiments.sh              build trickle-sim in build/gpt-exp, run 1..7 and 5b
+#   scripts/gpt_experiments.sh              build trickle-sim in build/gpt-exp, run 1..9, 5b, R, R2
 #   scripts/gpt_experiments.sh 1 2 4        run only those experiments (numbers below; 5b is
-#                                           experiment 5 at H = 50 and 500, run last)
+#                                           experiment 5 at H = 50 and 500; R is the research
+#                                           size, about an hour on two quiet cores; R2 more
+#                                           research-size runs, about 25 minutes a seed)
 #   SIM=path/to/trickle-sim scripts/gpt_experiments.sh   use an existing binary
 #   SEEDS="42 7" scripts/gpt_experiments.sh              other seeds (default 42 7 1234)
 #   FORCE=1 ...                              rerun runs whose files already exist
@@ -44,7 +46,7 @@ fi
 source scripts/sim_corpus.sh
 trickle_sim_and_corpus   # SIM is set, so this only writes the corpus to /tmp/licenses.txt
 
-EXPERIMENTS=${*:-"1 2 3 4 5 6 7 5b"}
+EXPERIMENTS=${*:-"1 2 3 4 5 6 7 5b 8 9 R R2"}
 want() { [[ " $EXPERIMENTS " == *" $1 "* ]]; }
 
 run() { # run NAME ARGS...: one trickle-sim invocation (GPT, license text), its CSV and TXT
@@ -145,5 +147,45 @@ if want 5b; then
         done
     done
 fi
+
+for seed in $SEEDS; do
+    # 8. The same topologies at 16 workers, against all-reduce (SPARTA 0.5%).
+    if want 8; then
+        run "topology16_allreduce_s$seed" --workers 16 --strategy sparta --seed "$seed"
+        for t in gossip exponential; do run "topology16_${t}_s$seed" --workers 16 --strategy sparta --topology "$t" --seed "$seed"; done
+        run "topology16_islands4_s$seed" --workers 16 --strategy sparta --topology islands --island-size 4 --seed "$seed"
+    fi
+done
+for seed in $SEEDS; do
+    # 9. Is the batch the cause of every method's gap to ddp? The default model with 16
+    #    windows per worker per step instead of 4 (ddp, SPARTA 0.5%, DiLoCo H = 100).
+    if want 9; then
+        run "batch16_s$seed" --batch 16 --strategy ddp,sparta,diloco --seed "$seed"
+    fi
+done
+# R. The research size (about 1.2M parameters; context 64,
+#    16 windows per worker per step), 4 workers, 1,000 steps: each worker passes over its
+#    shard about 15 times already, so 2,000 steps would mostly measure memorisation. DiLoCo
+#    at H = 50 keeps the 20 outer steps of the default-size runs. Independent replicas
+#    under one seed only (their failure is not in question).
+RESEARCH=(--layers 6 --d-model 128 --heads 4 --context 64 --batch 16 --steps 1000 --eval-every 50 --outer-interval 50)
+if want R; then
+    for seed in $SEEDS; do
+        run "research_s$seed" "${RESEARCH[@]}" --strategy ddp,sparta,diloco,sparta-diloco --seed "$seed"
+    done
+    run "research_none_s42" "${RESEARCH[@]}" --strategy none --seed 42
+fi
+# R2. More of the seeds' questions at the research size (same settings as R): SPARTA at
+#     p = 0.1% and 5% and every 20 steps; DiLoCo with plain averaging as the outer step,
+#     with 50% of the outer gradients dropped, and with 50% pruned.
+for seed in $SEEDS; do
+    if want R2; then
+        for p in 0.001 0.05; do run "research_fraction_${p}_s$seed" "${RESEARCH[@]}" --strategy sparta --fraction "$p" --seed "$seed"; done
+        run "research_interval_20_s$seed" "${RESEARCH[@]}" --strategy sparta --interval 20 --seed "$seed"
+        run "research_outer_average_s$seed" "${RESEARCH[@]}" --strategy diloco --outer average --seed "$seed"
+        run "research_drop_0.5_s$seed" "${RESEARCH[@]}" --strategy diloco --drop-prob 0.5 --seed "$seed"
+        run "research_prune_0.5_s$seed" "${RESEARCH[@]}" --strategy diloco --prune 0.5 --seed "$seed"
+    fi
+done
 
 plot

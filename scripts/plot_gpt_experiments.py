@@ -1,75 +1,32 @@
 #!/usr/bin/env python3
-"""Figures and tables for docs/experiments.md, section "The GPT at its default size, three
-seeds", from the CSVs scripts/gpt_experiments.sh writes (docs/experiments/gpt/<run>_s<seed>.csv).
+"""Figures and tables for docs/experiments.md, sections "The GPT at its default size, three
+seeds" and "The GPT at the research size", from the CSVs scripts/gpt_experiments.sh writes
+(docs/experiments/gpt/<run>_s<seed>.csv).
 
     python3 scripts/plot_gpt_experiments.py [docs/experiments/gpt]
 
 Every configuration is a (run, strategy) pair measured under several seeds. A band is the
 mean over the seeds of the eval loss at each evaluation, shaded from the lowest to the
 highest seed (min-max, not a standard deviation); the tables give the final eval loss
-(step 2,000) as mean, sample standard deviation and min-max over the seeds, the reduction
+(the last step) as mean, sample standard deviation and min-max over the seeds, the reduction
 of bytes against ddp, and paired comparisons (the same seed under two configurations).
 Writes fig*.png and summary.md into the folder. Configurations with no runs are left out.
 """
-import csv
-import glob
 import math
 import os
-import re
 import statistics
 import sys
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import plotlib
+from plotlib import plt
 
 OUT = sys.argv[1] if len(sys.argv) > 1 else "docs/experiments/gpt"
-NAME = re.compile(r"^(?P<run>.+)_s(?P<seed>\d+)\.csv$")
-
-
-def load():
-    """runs[run][seed][strategy] = list of rows (dicts of floats), in step order."""
-    runs = {}
-    for path in sorted(glob.glob(os.path.join(OUT, "*.csv"))):
-        m = NAME.match(os.path.basename(path))
-        if not m:
-            continue
-        per = {}
-        with open(path, newline="") as f:
-            for row in csv.DictReader(f):
-                r = {k: (float(v) if k != "strategy" else v) for k, v in row.items() if v != ""}
-                per.setdefault(row["strategy"], []).append(r)
-        if per:
-            runs.setdefault(m["run"], {})[int(m["seed"])] = per
-    return runs
-
-
-RUNS = load()
-
-
-def load_replica_losses():
-    """replica[run][seed][strategy] = the replicas' own final eval loss, from the TXT table
-    (the CSV has the averaged model's only)."""
-    out = {}
-    for path in sorted(glob.glob(os.path.join(OUT, "*.txt"))):
-        m = NAME.match(os.path.basename(path)[:-4] + ".csv")
-        if not m:
-            continue
-        in_table = False
-        for line in open(path):
-            f = line.split()
-            if f[:1] == ["strategy"]:
-                in_table = True
-                continue
-            if in_table and not f:
-                in_table = False
-            elif in_table and len(f) >= 4:
-                out.setdefault(m["run"], {}).setdefault(int(m["seed"]), {})[f[0]] = float(f[3])
-    return out
-
-
-REPLICA = load_replica_losses()
+FILES = plotlib.seed_files(OUT, r"(?P<name>.+)_s(?P<seed>\d+)\.csv")
+# runs[run][seed][strategy] = rows in step order
+RUNS = {run: {seed: plotlib.read_csv(path) for seed, path in per.items()} for run, per in FILES.items()}
+# replica[run][seed][strategy] = the replicas' own final eval loss (from the TXT table)
+REPLICA = {run: {seed: plotlib.replica_losses(path[:-4] + ".txt") for seed, path in per.items()
+                 if os.path.exists(path[:-4] + ".txt")} for run, per in FILES.items()}
 
 
 class Config:
@@ -89,21 +46,14 @@ class Config:
         return sorted(self.series)
 
     def final(self, key="eval_loss"):
-        return {s: rows[-1][key] for s, rows in self.series.items()}
+        return plotlib.finals(self.series, key)
 
     def stats(self, key="eval_loss"):
-        v = list(self.final(key).values())
-        sd = statistics.stdev(v) if len(v) > 1 else float("nan")
-        return statistics.mean(v), sd, min(v), max(v), len(v)
+        return tuple(plotlib.final_stats(self.final(key)))
 
     def band(self, key="eval_loss"):
         """steps, mean, low, high over the seeds (only steps every seed has)."""
-        steps = sorted(set.intersection(*[{r["step"] for r in rows} for rows in self.series.values()]))
-        by = [{r["step"]: r[key] for r in rows} for rows in self.series.values()]
-        mean = [statistics.mean(b[s] for b in by) for s in steps]
-        low = [min(b[s] for b in by) for s in steps]
-        high = [max(b[s] for b in by) for s in steps]
-        return steps, mean, low, high
+        return plotlib.band(self.series, key)
 
     def replica(self):
         v = [REPLICA.get(self.run, {}).get(s, {}).get(self.strategy) for s in self.series]
@@ -115,12 +65,7 @@ class Config:
         return statistics.mean(r)
 
 
-def fmt_reduction(x):
-    if math.isinf(x):
-        return "no traffic"
-    if math.isnan(x):
-        return "—"
-    return "1x" if abs(x - 1) < 1e-9 else f"{x:,.0f}x"
+fmt_reduction = plotlib.fmt_reduction
 
 
 def table(configs, title):
@@ -140,9 +85,7 @@ def table(configs, title):
 
 def paired(a, b):
     """Per-seed difference b - a of the final eval loss over the seeds both have."""
-    fa, fb = a.final(), b.final()
-    common = sorted(set(fa) & set(fb))
-    return {s: fb[s] - fa[s] for s in common}
+    return plotlib.paired(a.final(), b.final())
 
 
 def pair_lines(pairs, title):
@@ -157,7 +100,7 @@ def pair_lines(pairs, title):
             continue
         _, _, alo, ahi, _ = a.stats()
         _, _, blo, bhi, _ = b.stats()
-        overlap = "yes" if blo <= ahi and alo <= bhi else "no"
+        overlap = "yes" if plotlib.overlap((alo, ahi), (blo, bhi)) else "no"
         per = ", ".join(f"{d[s]:+.3f}" for s in sorted(d))
         better = sum(1 for v in d.values() if v < 0)
         lines.append(f"| {b.label} vs {a.label} | {len(d)} | {per} | {better} of {len(d)} | {overlap} |")
@@ -170,10 +113,9 @@ COLORS = plt.rcParams["axes.prop_cycle"].by_key()["color"]
 
 def bands(ax, configs, title, ylim=None):
     for i, c in enumerate(x for x in configs if x):
-        steps, mean, low, high = c.band()
-        col = COLORS[i % len(COLORS)]
-        ax.plot(steps, mean, color=col, label=f"{c.label} ({len(c.seeds)} seeds)")
-        ax.fill_between(steps, low, high, color=col, alpha=0.2, linewidth=0)
+        n = len(c.seeds)
+        plotlib.draw_band(ax, *c.band(), color=COLORS[i % len(COLORS)], label=f"{c.label} ({n} seed{'s' if n > 1 else ''})",
+                          alpha=0.2, linewidth=1.5)
     ax.set_xlabel("step")
     ax.set_ylabel("eval loss (nats/char), averaged model")
     ax.set_title(title)
@@ -184,9 +126,7 @@ def bands(ax, configs, title, ylim=None):
 
 
 def save(fig, name):
-    fig.tight_layout()
-    fig.savefig(os.path.join(OUT, name), dpi=110)
-    plt.close(fig)
+    plotlib.save(fig, os.path.join(OUT, name))
 
 
 def any_(configs):
@@ -213,9 +153,10 @@ def hline(ax, c, label, color):
         ax.axhspan(lo, hi, color=color, alpha=0.12)
 
 
-summary = ["# The GPT at its default size: three-seed summary", "",
+summary = ["# The GPT: three-seed summary", "",
            "Written by `scripts/plot_gpt_experiments.py` from the CSVs in this folder. Final eval loss",
-           "= the averaged model's held-out loss at step 2,000 (nats per character); sd = sample",
+           "= the averaged model's held-out loss at the last step (2,000; 1,000 at the research size,",
+           "sections R) in nats per character; sd = sample",
            "standard deviation over the seeds; the figures shade min–max over the seeds.", ""]
 YLIM = (1.4, 3.4)
 
@@ -367,6 +308,63 @@ if any_(TC[1:]):
     summary += table([Config("ddp", "workers8", "ddp")] + TC + [Config("independent", "workers8", "none")],
                      "7. SPARTA 0.5% on 8 workers: topologies")
     summary += pair_lines([(TC[0], c) for c in TC[1:]], "7. paired against all-reduce")
+
+# 8. Topologies at 16 workers.
+T16 = [Config("all-reduce, 16 workers", "topology16_allreduce", "sparta"),
+       Config("gossip, 16 workers", "topology16_gossip", "sparta"),
+       Config("exponential, 16 workers", "topology16_exponential", "sparta"),
+       Config("islands of 4, 16 workers", "topology16_islands4", "sparta")]
+if any_(T16):
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 4.5))
+    bands(a1, T16, "SPARTA 0.5% on 16 workers, by topology", (1.6, 2.6))
+    for i, (lab, c8, c16) in enumerate(zip(("all-reduce", "gossip", "exponential", "islands of 4"), TC, T16)):
+        points(a2, [8, 16], [c8, c16], lab, COLORS[i])
+    hline(a2, Config("1 worker", "workers1", "none"), "1 worker alone", "grey")
+    a2.set_xscale("log", base=2)
+    a2.set_xticks([8, 16], ["8", "16"])
+    a2.set_xlabel("workers")
+    a2.set_ylabel("final eval loss (mean, min–max)")
+    a2.set_title("topologies at 8 and 16 workers")
+    a2.grid(alpha=0.3)
+    a2.legend(fontsize=8)
+    save(fig, "fig8_topology16.png")
+    summary += table(T16, "8. SPARTA 0.5% on 16 workers: topologies")
+    summary += pair_lines([(T16[0], c) for c in T16[1:]] + [(a, b) for a, b in zip(TC, T16)],
+                          "8. paired against all-reduce at 16 workers, and 16 workers against 8")
+
+# 9. A batch of 16 windows per worker per step instead of 4.
+B16 = [Config("ddp, batch 16", "batch16", "ddp"), Config("SPARTA 0.5%, batch 16", "batch16", "sparta"),
+       Config("DiLoCo H = 100, batch 16", "batch16", "diloco")]
+B4 = [Config("ddp, batch 4", "workers4", "ddp"), Config("SPARTA 0.5%, batch 4", "workers4", "sparta"),
+      Config("DiLoCo H = 100, batch 4", "diloco", "diloco")]
+if any_(B16):
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    bands(ax, B16 + B4, "default size, 4 workers: batch 16 against batch 4", (1.2, 3.0))
+    save(fig, "fig9_batch.png")
+    summary += table(B16 + B4, "9. batch 16 against batch 4 (default size, 4 workers)")
+    summary += pair_lines([(B16[0], B16[1]), (B16[0], B16[2]), (B4[0], B4[1]), (B4[0], B4[2])],
+                          "9. paired against ddp at the same batch")
+
+# R. The research size.
+RC = [Config("ddp", "research", "ddp"), Config("SPARTA 0.5%", "research", "sparta"),
+      Config("DiLoCo H = 50", "research", "diloco"), Config("SPARTA + DiLoCo", "research", "sparta-diloco"),
+      Config("independent", "research_none", "none")]
+if any_(RC):
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    bands(ax, RC, "research size (1.2M parameters), 4 workers", (1.0, 3.0))
+    save(fig, "figR_research.png")
+    summary += table(RC, "R. the research size (4 workers, 1,000 steps; final = step 1,000)")
+    lines = ["### R. lowest eval loss over the run (any evaluation), per seed", "",
+             "| configuration | per seed (step) | mean |", "|---|---|---|"]
+    for c in RC:
+        if not c:
+            continue
+        best = [min(rows, key=lambda r: r["eval_loss"]) for _, rows in sorted(c.series.items())]
+        per = ", ".join("%.3f (%s)" % (r["eval_loss"], f"{r['step']:,.0f}") for r in best)
+        lines.append(f"| {c.label} | {per} | {statistics.mean(r['eval_loss'] for r in best):.3f} |")
+    summary += lines + [""]
+    summary += pair_lines([(RC[0], RC[1]), (RC[0], RC[2]), (RC[0], RC[3]), (RC[2], RC[3]), (RC[1], RC[2])],
+                          "R. paired")
 
 with open(os.path.join(OUT, "summary.md"), "w") as f:
     f.write("\n".join(summary))
