@@ -137,18 +137,9 @@ public:
         // that option is agreed on but not part of the checkpoint's configuration hash.
         config_hash_ = detail::fnv1a(rec.serialize());
         mstats_.workers = comm_.size();
-        if constexpr (elastic) {
-            elastic_record_ = rec;
-            if (options_.join) {
-                if (delegated_)
-                    prepare_joiner(group);
-                else
-                    start_joining(group);
-                return;
-            }
-        } else if (options_.join) {
-            throw invalid_argument("diloco: join needs an elastic communicator (comm::elastic_local)");
-        }
+        if (detail::start_membership<Comm>(elastic_record_, rec, options_.join, role, kind,
+                                           [&] { prepare_joiner(group); }, [&] { start_joining(); }))
+            return;
         rec.add("broadcast_initial", options_.broadcast_initial);
         agree(comm_, rec);
         check_weights();
@@ -457,9 +448,9 @@ private:
         allocate();
     }
 
-    void start_joining(const param_group<T, Space>& group) {
+    // A joiner with its own role, after prepare_joiner (detail::start_membership).
+    void start_joining() {
         if constexpr (elastic) { // (explicit instantiations compile every member)
-            prepare_joiner(group);
             const comm::membership_change admitted = comm_.join();
             const float weight = options_.weight;
             options_.weight = 0.0f;
@@ -471,8 +462,6 @@ private:
                 throw;
             }
             options_.weight = weight;
-        } else {
-            (void)group;
         }
     }
 

@@ -53,6 +53,35 @@ namespace detail {
 // their states together; a delegated joiner only prepares its buffers.
 enum class membership_role { own, delegated };
 
+// An engine constructor's membership part. Over an elastic communicator the engine keeps
+// its configuration record for the protocol (`elastic_record`, what elastic_record()
+// returns) and, when this object is built by a joiner, prepare() makes its buffers; an
+// engine with its own role then joins at once (join_now(): admitted at the members' next
+// round, it takes the state and that round), a delegated one leaves joining to the
+// algorithm it is part of. Over a fixed world, join is refused. Returns whether this
+// object is a joiner: its constructor ends there (no agreement, no initial broadcast).
+// The engines keep `if constexpr (elastic)` inside join_now's target as well: nvcc's
+// explicit instantiations compile every member, and a fixed communicator has no join().
+template <class Comm, class Prepare, class JoinNow>
+bool start_membership(config_record& elastic_record, const config_record& rec, bool join, membership_role role,
+                      const char* kind, Prepare&& prepare, JoinNow&& join_now) {
+    if constexpr (comm::elastic_communicator<Comm>) {
+        elastic_record = rec;
+        if (!join) return false;
+        prepare();
+        if (role == membership_role::own) join_now();
+        return true;
+    } else {
+        (void)elastic_record;
+        (void)rec;
+        (void)role;
+        (void)prepare;
+        (void)join_now;
+        if (join) throw invalid_argument(concat(kind, ": join needs an elastic communicator (comm::elastic_local)"));
+        return false;
+    }
+}
+
 // Sends a byte string from root to every rank: its length through the control plane
 // (all_gather_bytes), its bytes through the float broadcast (the bits travel unchanged:
 // every communicator's broadcast copies them).

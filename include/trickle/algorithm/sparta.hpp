@@ -156,18 +156,9 @@ public:
         // checkpoint's configuration hash (a resumed run must not overwrite its parameters).
         config_hash_ = detail::fnv1a(rec.serialize());
         mstats_.workers = comm_.size();
-        if constexpr (elastic) {
-            elastic_record_ = rec;
-            if (options_.join) {
-                if (delegated_)
-                    prepare_joiner(group);
-                else
-                    start_joining(group);
-                return;
-            }
-        } else if (options_.join) {
-            throw invalid_argument("sparta: join needs an elastic communicator (comm::elastic_local)");
-        }
+        if (detail::start_membership<Comm>(elastic_record_, rec, options_.join, role, kind,
+                                           [&] { prepare_joiner(group); }, [&] { start_joining(); }))
+            return;
         rec.add("broadcast_initial", options_.broadcast_initial);
         agree(comm_, rec);
         ex_ = detail::place_group(comm_, group, kind, flat_, ws_, options_.device_pool);
@@ -400,16 +391,14 @@ private:
         allocate();
     }
 
-    void start_joining(const param_group<T, Space>& group) {
+    // A joiner with its own role, after prepare_joiner (detail::start_membership).
+    void start_joining() {
         if constexpr (elastic) { // (explicit instantiations compile every member)
-            prepare_joiner(group);
             const comm::membership_change admitted = comm_.join();
             detail::elastic_round(comm_, *this, mstats_, options_.min_workers, admitted, kind,
                                   [&] { exchange(exec::host{}, stats_.steps); });
             stats_.steps += 1;
             stats_.dense_bytes += dense_per_step_;
-        } else {
-            (void)group;
         }
     }
 
