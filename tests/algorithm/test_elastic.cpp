@@ -66,6 +66,10 @@ outcome run_scenario(const plan& p, Make make) {
     outcome out;
     std::mutex mu;
     std::atomic<int> released{-1};
+    // Ids whose failure has happened: a restart (a join with the id of a failed worker) starts
+    // only after it, as a restarted process does. Without this wait, a member running ahead
+    // could release the restart while the old incarnation is still a member.
+    std::vector<std::atomic<bool>> failed(static_cast<std::size_t>(p.capacity));
     const auto record = [&](int id, const model& m, const auto& alg) {
         std::lock_guard lock(mu);
         out.params[id] = m.flat();
@@ -97,6 +101,7 @@ outcome run_scenario(const plan& p, Make make) {
                 for (std::uint64_t t = 0; t < p.steps; ++t) {
                     if (p.fail_at.count(id) && p.fail_at.at(id) == t) {
                         world.fail(id);
+                        failed[static_cast<std::size_t>(id)].store(true);
                         return;
                     }
                     if (p.silent_at.count(id) && p.silent_at.at(id) == t) return;
@@ -111,7 +116,8 @@ outcome run_scenario(const plan& p, Make make) {
         });
     for (const auto& [jid, at] : p.join_at)
         threads.emplace_back([&, jid = jid] {
-            while (released.load() != jid) std::this_thread::sleep_for(1ms);
+            while (released.load() != jid || (p.fail_at.count(jid) && !failed[static_cast<std::size_t>(jid)].load()))
+                std::this_thread::sleep_for(1ms);
             try {
                 comm::elastic_local c = world.worker(jid);
                 if (p.corrupt_join.count(jid)) world.corrupt_next_broadcast(jid);
