@@ -168,10 +168,11 @@ done
 #    shard about 15 times already, so 2,000 steps would mostly measure memorisation. DiLoCo
 #    at H = 50 keeps the 20 outer steps of the default-size runs. Independent replicas
 #    under one seed only (their failure is not in question).
-RESEARCH=(--layers 6 --d-model 128 --heads 4 --context 64 --batch 16 --steps 1000 --eval-every 50 --outer-interval 50)
+RESEARCH=(--layers 6 --d-model 128 --heads 4 --context 64 --batch 16 --steps 1000 --eval-every 50)
+H50=(--outer-interval 50) # only with a strategy that has outer steps (trickle-sim refuses it otherwise)
 if want R; then
     for seed in $SEEDS; do
-        run "research_s$seed" "${RESEARCH[@]}" --strategy ddp,sparta,diloco,sparta-diloco --seed "$seed"
+        run "research_s$seed" "${RESEARCH[@]}" "${H50[@]}" --strategy ddp,sparta,diloco,sparta-diloco --seed "$seed"
     done
     run "research_none_s42" "${RESEARCH[@]}" --strategy none --seed 42
 fi
@@ -182,9 +183,9 @@ for seed in $SEEDS; do
     if want R2; then
         for p in 0.001 0.05; do run "research_fraction_${p}_s$seed" "${RESEARCH[@]}" --strategy sparta --fraction "$p" --seed "$seed"; done
         run "research_interval_20_s$seed" "${RESEARCH[@]}" --strategy sparta --interval 20 --seed "$seed"
-        run "research_outer_average_s$seed" "${RESEARCH[@]}" --strategy diloco --outer average --seed "$seed"
-        run "research_drop_0.5_s$seed" "${RESEARCH[@]}" --strategy diloco --drop-prob 0.5 --seed "$seed"
-        run "research_prune_0.5_s$seed" "${RESEARCH[@]}" --strategy diloco --prune 0.5 --seed "$seed"
+        run "research_outer_average_s$seed" "${RESEARCH[@]}" "${H50[@]}" --strategy diloco --outer average --seed "$seed"
+        run "research_drop_0.5_s$seed" "${RESEARCH[@]}" "${H50[@]}" --strategy diloco --drop-prob 0.5 --seed "$seed"
+        run "research_prune_0.5_s$seed" "${RESEARCH[@]}" "${H50[@]}" --strategy diloco --prune 0.5 --seed "$seed"
     fi
 done
 

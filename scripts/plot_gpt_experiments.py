@@ -363,6 +363,22 @@ if any_(RC):
         per = ", ".join("%.3f (%s)" % (r["eval_loss"], f"{r['step']:,.0f}") for r in best)
         lines.append(f"| {c.label} | {per} | {statistics.mean(r['eval_loss'] for r in best):.3f} |")
     summary += lines + [""]
+    marks = (250, 500, 750, 1000)
+    lines = ["### R. eval loss during the run (mean over the seeds)", "",
+             "| configuration | " + " | ".join(f"step {m:,}" for m in marks) + " | first step at or below 1.55, per seed |",
+             "|---|" + "---|" * (len(marks) + 1)]
+    for c in RC:
+        if not c:
+            continue
+        steps, mean, _, _ = c.band()
+        at = dict(zip(steps, mean))
+        first = []
+        for _, rows in sorted(c.series.items()):
+            hit = [r["step"] for r in rows if r["eval_loss"] <= 1.55]
+            first.append(f"{hit[0]:,.0f}" if hit else "never")
+        lines.append(f"| {c.label} | " + " | ".join(f"{at[m]:.3f}" if m in at else "—" for m in marks)
+                     + f" | {', '.join(first)} |")
+    summary += lines + [""]
     summary += pair_lines([(RC[0], RC[1]), (RC[0], RC[2]), (RC[0], RC[3]), (RC[2], RC[3]), (RC[1], RC[2])],
                           "R. paired")
 
