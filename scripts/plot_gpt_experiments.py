@@ -382,6 +382,34 @@ if any_(RC):
     summary += pair_lines([(RC[0], RC[1]), (RC[0], RC[2]), (RC[0], RC[3]), (RC[2], RC[3]), (RC[1], RC[2])],
                           "R. paired")
 
+# R2. More of the seeds' questions at the research size (seed 42 unless more were run).
+R2 = [Config("SPARTA p = 0.1%", "research_fraction_0.001", "sparta"),
+      Config("SPARTA p = 5%", "research_fraction_0.05", "sparta"),
+      Config("SPARTA 0.5% every 20 steps", "research_interval_20", "sparta"),
+      Config("DiLoCo H = 50, plain averaging", "research_outer_average", "diloco"),
+      Config("DiLoCo H = 50, 50% dropped", "research_drop_0.5", "diloco"),
+      Config("DiLoCo H = 50, 50% pruned", "research_prune_0.5", "diloco")]
+if any_(R2):
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    bands(ax, [RC[0], RC[1], RC[2]] + R2, "research size: more configurations", (1.0, 3.0))
+    save(fig, "figR2_research.png")
+    summary += table([RC[0], RC[1], RC[2]] + R2, "R2. more configurations at the research size")
+    lines = ["### R2. lowest eval loss over the run, and the first step at or below 1.55, per seed", "",
+             "| configuration | lowest (step) | first step at or below 1.55 |", "|---|---|---|"]
+    for c in R2:
+        if not c:
+            continue
+        best = [min(rows, key=lambda r: r["eval_loss"]) for _, rows in sorted(c.series.items())]
+        first = []
+        for _, rows in sorted(c.series.items()):
+            hit = [r["step"] for r in rows if r["eval_loss"] <= 1.55]
+            first.append(f"{hit[0]:,.0f}" if hit else "never")
+        lines.append(f"| {c.label} | " + ", ".join("%.3f (%s)" % (r["eval_loss"], f"{r['step']:,.0f}") for r in best)
+                     + f" | {', '.join(first)} |")
+    summary += lines + [""]
+    summary += pair_lines([(RC[1], c) for c in R2[:3]] + [(RC[2], c) for c in R2[3:]] + [(RC[0], c) for c in R2],
+                          "R2. paired (same seed) against SPARTA 0.5%, DiLoCo H = 50 (Nesterov) and ddp")
+
 with open(os.path.join(OUT, "summary.md"), "w") as f:
     f.write("\n".join(summary))
 print("\n".join(summary))
