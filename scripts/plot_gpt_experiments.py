@@ -90,7 +90,7 @@ def paired(a, b):
 
 def pair_lines(pairs, title):
     lines = [f"### {title}", "",
-             "| comparison (B against A) | seeds | B − A per seed | B better in | ranges overlap |",
+             "| comparison (B against A) | seeds | B − A per seed (seeds in increasing order: 7, 42, 1234) | B better in | ranges overlap |",
              "|---|---|---|---|---|"]
     for a, b in pairs:
         if not a or not b:
@@ -157,7 +157,8 @@ summary = ["# The GPT: three-seed summary", "",
            "Written by `scripts/plot_gpt_experiments.py` from the CSVs in this folder. Final eval loss",
            "= the averaged model's held-out loss at the last step (2,000; 1,000 at the research size,",
            "sections R) in nats per character; sd = sample",
-           "standard deviation over the seeds; the figures shade min–max over the seeds.", ""]
+           "standard deviation over the seeds; the figures shade min–max over the seeds. Every",
+           "per-seed list is in increasing seed order (7, 42, 1234).", ""]
 YLIM = (1.4, 3.4)
 
 # 1. Workers.
