@@ -153,6 +153,35 @@ def hline(ax, c, label, color):
         ax.axhspan(lo, hi, color=color, alpha=0.12)
 
 
+def workers_axis(ax, ws, title):
+    """A final-loss-against-workers axis (log 2, one tick per world size)."""
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(ws, [str(w) for w in ws])
+    ax.set_xlabel("workers")
+    ax.set_ylabel("final eval loss (mean, min–max)")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+
+
+def lowest_per_seed(c):
+    """Each seed's row with the lowest eval loss (increasing seed order)."""
+    return [min(rows, key=lambda r: r["eval_loss"]) for _, rows in sorted(c.series.items())]
+
+
+def fmt_lowest(best):
+    return ", ".join("%.3f (%s)" % (r["eval_loss"], f"{r['step']:,.0f}") for r in best)
+
+
+def first_at_or_below(c, target):
+    """Each seed's first evaluated step with eval loss <= target, as text ("never" if none)."""
+    out = []
+    for _, rows in sorted(c.series.items()):
+        hit = [r["step"] for r in rows if r["eval_loss"] <= target]
+        out.append(f"{hit[0]:,.0f}" if hit else "never")
+    return ", ".join(out)
+
+
 summary = ["# The GPT: three-seed summary", "",
            "Written by `scripts/plot_gpt_experiments.py` from the CSVs in this folder. Final eval loss",
            "= the averaged model's held-out loss at the last step (2,000; 1,000 at the research size,",
@@ -170,13 +199,7 @@ if any_(sum(W.values(), [])):
     for i, (s, lab) in enumerate((("ddp", "ddp"), ("none", "independent"), ("sparta", "SPARTA 0.5%"))):
         points(a2, [2, 4, 8], [Config(lab, f"workers{w}", s) for w in (2, 4, 8)], lab, COLORS[i])
     hline(a2, Config("1 worker", "workers1", "none"), "1 worker alone", "grey")
-    a2.set_xscale("log", base=2)
-    a2.set_xticks([2, 4, 8], ["2", "4", "8"])
-    a2.set_xlabel("workers")
-    a2.set_ylabel("final eval loss (mean, min–max)")
-    a2.set_title("final eval loss against workers")
-    a2.grid(alpha=0.3)
-    a2.legend(fontsize=8)
+    workers_axis(a2, [2, 4, 8], "final eval loss against workers")
     save(fig, "fig1_workers.png")
     summary += table([Config("1 worker alone", "workers1", "none")] + sum(W.values(), []), "1. ddp, independent replicas and SPARTA 0.5% on 2, 4, 8 workers")
     one = Config("1 worker alone", "workers1", "none")
@@ -321,13 +344,7 @@ if any_(T16):
     for i, (lab, c8, c16) in enumerate(zip(("all-reduce", "gossip", "exponential", "islands of 4"), TC, T16)):
         points(a2, [8, 16], [c8, c16], lab, COLORS[i])
     hline(a2, Config("1 worker", "workers1", "none"), "1 worker alone", "grey")
-    a2.set_xscale("log", base=2)
-    a2.set_xticks([8, 16], ["8", "16"])
-    a2.set_xlabel("workers")
-    a2.set_ylabel("final eval loss (mean, min–max)")
-    a2.set_title("topologies at 8 and 16 workers")
-    a2.grid(alpha=0.3)
-    a2.legend(fontsize=8)
+    workers_axis(a2, [8, 16], "topologies at 8 and 16 workers")
     save(fig, "fig8_topology16.png")
     summary += table(T16, "8. SPARTA 0.5% on 16 workers: topologies")
     summary += pair_lines([(T16[0], c) for c in T16[1:]] + [(a, b) for a, b in zip(TC, T16)],
@@ -360,9 +377,8 @@ if any_(RC):
     for c in RC:
         if not c:
             continue
-        best = [min(rows, key=lambda r: r["eval_loss"]) for _, rows in sorted(c.series.items())]
-        per = ", ".join("%.3f (%s)" % (r["eval_loss"], f"{r['step']:,.0f}") for r in best)
-        lines.append(f"| {c.label} | {per} | {statistics.mean(r['eval_loss'] for r in best):.3f} |")
+        best = lowest_per_seed(c)
+        lines.append(f"| {c.label} | {fmt_lowest(best)} | {statistics.mean(r['eval_loss'] for r in best):.3f} |")
     summary += lines + [""]
     marks = (250, 500, 750, 1000)
     lines = ["### R. eval loss during the run (mean over the seeds)", "",
@@ -373,12 +389,8 @@ if any_(RC):
             continue
         steps, mean, _, _ = c.band()
         at = dict(zip(steps, mean))
-        first = []
-        for _, rows in sorted(c.series.items()):
-            hit = [r["step"] for r in rows if r["eval_loss"] <= 1.55]
-            first.append(f"{hit[0]:,.0f}" if hit else "never")
         lines.append(f"| {c.label} | " + " | ".join(f"{at[m]:.3f}" if m in at else "—" for m in marks)
-                     + f" | {', '.join(first)} |")
+                     + f" | {first_at_or_below(c, 1.55)} |")
     summary += lines + [""]
     summary += pair_lines([(RC[0], RC[1]), (RC[0], RC[2]), (RC[0], RC[3]), (RC[2], RC[3]), (RC[1], RC[2])],
                           "R. paired")
@@ -400,13 +412,7 @@ if any_(R2):
     for c in R2:
         if not c:
             continue
-        best = [min(rows, key=lambda r: r["eval_loss"]) for _, rows in sorted(c.series.items())]
-        first = []
-        for _, rows in sorted(c.series.items()):
-            hit = [r["step"] for r in rows if r["eval_loss"] <= 1.55]
-            first.append(f"{hit[0]:,.0f}" if hit else "never")
-        lines.append(f"| {c.label} | " + ", ".join("%.3f (%s)" % (r["eval_loss"], f"{r['step']:,.0f}") for r in best)
-                     + f" | {', '.join(first)} |")
+        lines.append(f"| {c.label} | {fmt_lowest(lowest_per_seed(c))} | {first_at_or_below(c, 1.55)} |")
     summary += lines + [""]
     summary += pair_lines([(RC[1], c) for c in R2[:3]] + [(RC[2], c) for c in R2[3:]] + [(RC[0], c) for c in R2],
                           "R2. paired (same seed) against SPARTA 0.5%, DiLoCo H = 50 (Nesterov) and ddp")
