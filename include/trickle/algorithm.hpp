@@ -6,5 +6,6 @@
 #include <trickle/algorithm/diloco.hpp>
 #include <trickle/algorithm/instantiate.hpp>
 #include <trickle/algorithm/sparta.hpp>
+#include <trickle/algorithm/sparta_diloco.hpp>
 #include <trickle/algorithm/stats.hpp>
 #include <trickle/algorithm/membership.hpp>

@@ -25,6 +25,7 @@
 
 #include <trickle/algorithm/diloco.hpp>
 #include <trickle/algorithm/sparta.hpp>
+#include <trickle/algorithm/sparta_diloco.hpp>
 #include <trickle/config.hpp>
 #include <trickle/core/memory_space.hpp>
 

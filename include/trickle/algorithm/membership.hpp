@@ -28,7 +28,8 @@
 #include <trickle/algorithm/agreement.hpp>
 #include <trickle/algorithm/stats.hpp>
 #include <trickle/comm/communicator.hpp>
-#include <trickle/comm/elastic.hpp>
+#include <trickle/algorithm/detail/round.hpp>
+#include <trickle/comm/view.hpp>
 #include <trickle/config.hpp>
 #include <trickle/core/config_record.hpp>
 #include <trickle/core/crc32c.hpp>
@@ -47,40 +48,6 @@ TRICKLE_NAMESPACE_BEGIN
 // membership_stats: algorithm/stats.hpp.
 
 namespace detail {
-
-// Who runs an engine's membership protocol: the engine itself, or an algorithm made of
-// several engines (sparta_diloco), which renews once per step for all of them and moves
-// their states together; a delegated joiner only prepares its buffers.
-enum class membership_role { own, delegated };
-
-// An engine constructor's membership part. Over an elastic communicator the engine keeps
-// its configuration record for the protocol (`elastic_record`, what elastic_record()
-// returns) and, when this object is built by a joiner, prepare() makes its buffers; an
-// engine with its own role then joins at once (join_now(): admitted at the members' next
-// round, it takes the state and that round), a delegated one leaves joining to the
-// algorithm it is part of. Over a fixed world, join is refused. Returns whether this
-// object is a joiner: its constructor ends there (no agreement, no initial broadcast).
-// The engines keep `if constexpr (elastic)` inside join_now's target as well: nvcc's
-// explicit instantiations compile every member, and a fixed communicator has no join().
-template <class Comm, class Prepare, class JoinNow>
-bool start_membership(config_record& elastic_record, const config_record& rec, bool join, membership_role role,
-                      const char* kind, Prepare&& prepare, JoinNow&& join_now) {
-    if constexpr (comm::elastic_communicator<Comm>) {
-        elastic_record = rec;
-        if (!join) return false;
-        prepare();
-        if (role == membership_role::own) join_now();
-        return true;
-    } else {
-        (void)elastic_record;
-        (void)rec;
-        (void)role;
-        (void)prepare;
-        (void)join_now;
-        if (join) throw invalid_argument(concat(kind, ": join needs an elastic communicator (comm::elastic_local)"));
-        return false;
-    }
-}
 
 // Sends a byte string from root to every rank: its length through the control plane
 // (all_gather_bytes), its bytes through the float broadcast (the bits travel unchanged:
@@ -238,27 +205,23 @@ bool elastic_round(Comm& comm, Engine& e, membership_stats& ms, int min_workers,
     }
 }
 
-// The configuration fields of membership (min_workers, join) and their errors.
+// The protocol as the engines run a round over an elastic communicator
+// (algorithm/detail/round.hpp declares it; engines over a fixed world never see this).
 template <class Comm>
-void describe_membership(config_record& rec, const Comm& comm, int min_workers, bool join, const char* kind,
-                         bool topology_all_reduce, bool other_refusal, const char* other_what) {
-    rec.add("min_workers", min_workers);
-    if (min_workers < 1) rec.set_error(concat(kind, ": min_workers must be >= 1, got ", min_workers));
-    if constexpr (comm::elastic_communicator<Comm>) {
-        if (!join && min_workers > comm.size())
-            rec.set_error(concat(kind, ": min_workers (", min_workers, ") is larger than the world (", comm.size(),
-                                 " workers)"));
-        if (!topology_all_reduce)
-            rec.set_error(concat(kind, ": an elastic communicator needs topology::all_reduce in this version (the other ",
-                                 "topologies fix their groups to the world's size)"));
-        if (other_refusal) rec.set_error(concat(kind, ": ", other_what, " does not combine with an elastic communicator in this version"));
-    } else {
-        if (join) rec.set_error(concat(kind, ": join needs an elastic communicator (comm::elastic_local)"));
-        if (min_workers > comm.size())
-            rec.set_error(concat(kind, ": min_workers (", min_workers, ") is larger than the world (", comm.size(),
-                                 " workers)"));
+struct round_protocol<Comm, true> {
+    // A member's round: renewal, welcome, quorum, the round, retried after a peer failure.
+    template <class Engine, class Round>
+    static bool run(Comm& comm, Engine& e, membership_stats& ms, int min_workers, const char* kind, Round&& round) {
+        return elastic_round(comm, e, ms, min_workers, std::nullopt, kind, std::forward<Round>(round));
     }
-}
+    // A joiner's first round, from its constructor: admitted at the members' next round, it
+    // takes the state and then that round.
+    template <class Engine, class Round>
+    static bool join(Comm& comm, Engine& e, membership_stats& ms, int min_workers, const char* kind, Round&& round) {
+        comm::membership_change admitted = comm.join();
+        return elastic_round(comm, e, ms, min_workers, std::move(admitted), kind, std::forward<Round>(round));
+    }
+};
 
 } // namespace detail
 

@@ -37,6 +37,17 @@ struct exchange_stats {
         return total.bytes_sent == 0 ? 0.0 : static_cast<double>(dense_bytes) / static_cast<double>(total.bytes_sent);
     }
 
+    // Counts one completed exchange that put `count` values on the wire: its traffic and
+    // its bytes by part.
+    void add_exchange(const traffic_counters& traffic, const codec::wire_parts& parts, std::uint64_t count) {
+        last = traffic;
+        sent += parts;
+        total += traffic;
+        last_values = count;
+        values += count;
+        ++exchanges;
+    }
+
     exchange_stats& operator+=(const exchange_stats& o) {
         exchanges += o.exchanges;
         values += o.values;

@@ -60,6 +60,12 @@ concept codec_policy = std::copy_constructible<C> &&
                            c.describe(rec);
                        };
 
+// A codec chosen at run time (codec::any): it holds one codec in a std::variant `held`,
+// visited once per array or block. The encoded paths resolve it through this concept, so
+// that they compile without the header of every codec.
+template <class C>
+concept type_erased_codec = requires(const C& c) { c.held; };
+
 namespace codec {
 
 // The uniform 32-bit words of stochastic rounding, from trickle's shared Philox4x32-10

@@ -117,6 +117,26 @@ struct fp8_e5m2 : detail::element_codec<fp8_e5m2> {
     TRICKLE_HOST_DEVICE static float decode_value(code_type c) { return decode_e5m2(c); }
 };
 
+// The parameters' own precision on the wire: fp32 for float parameters, fp16 for
+// trickle::half, bf16 for trickle::bfloat16. A bf16 or fp16 model's values then travel at
+// 2 bytes, losslessly on the way out (the gathered values are exact images of the
+// parameters). An algorithm resolves it with resolve_t<native, T>.
+struct native {
+    static constexpr const char* name = "native";
+};
+
+// The codec an algorithm over parameters of type T uses for policy C.
+template <class C, class T>
+struct resolve {
+    using type = C;
+};
+template <class T>
+struct resolve<native, T> {
+    using type = std::conditional_t<std::is_same_v<T, half>, fp16, std::conditional_t<std::is_same_v<T, bfloat16>, bf16, fp32>>;
+};
+template <class C, class T>
+using resolve_t = typename resolve<C, T>::type;
+
 } // namespace codec
 
 TRICKLE_NAMESPACE_END

@@ -23,7 +23,6 @@
 // device, which is why the buffers live in memory space Space.
 #pragma once
 
-#include <trickle/codec/any.hpp>
 #include <trickle/codec/codec.hpp>
 #include <trickle/codec/reduce.hpp>
 #include <trickle/config.hpp>
@@ -119,7 +118,7 @@ private:
 
     template <class Fn>
     void with_codec(Fn&& fn) const {
-        if constexpr (std::is_same_v<Codec, any>)
+        if constexpr (type_erased_codec<Codec>)
             std::visit(fn, codec_.held);
         else
             fn(codec_);

@@ -24,7 +24,6 @@
 // is common to all workers and is not fed back.
 #pragma once
 
-#include <trickle/codec/any.hpp>
 #include <trickle/codec/codec.hpp>
 #include <trickle/comm/communicator.hpp>
 #include <trickle/config.hpp>
@@ -310,7 +309,7 @@ template <codec_policy Codec, byte_communicator Comm, class Exec>
 int encoded_all_reduce_blocks(const Codec& c, Comm& comm, const Exec& ex, float* buf, std::size_t n,
                               block_reduce_scratch<typename Comm::memory_space>& s, float* residual = nullptr,
                               float beta = 0.0f, const rounding& how = {}) {
-    if constexpr (std::is_same_v<Codec, any>) {
+    if constexpr (type_erased_codec<Codec>) {
         return std::visit(
             [&](const auto& held) { return encoded_all_reduce_blocks(held, comm, ex, buf, n, s, residual, beta, how); },
             c.held);

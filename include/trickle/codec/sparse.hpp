@@ -51,6 +51,7 @@
 #include <trickle/codec/codec.hpp>
 #include <trickle/codec/element.hpp>
 #include <trickle/codec/reduce.hpp>
+#include <trickle/codec/sparsifier.hpp>
 #include <trickle/comm/communicator.hpp>
 #include <trickle/config.hpp>
 #include <trickle/core/config_record.hpp>
@@ -76,23 +77,6 @@ namespace codec {
 
 // The Philox / Feistel stream purpose of random_k's positions.
 inline constexpr trickle::detail::stream_tag random_k_stream_tag = trickle::detail::stream_tag::random_k;
-
-// Host memory a sparse all-reduce of up to `values` values uses, sized once by
-// reserve(sparsifier, values, ranks) (an algorithm reserves it at construction, so no step
-// allocates).
-struct sparse_scratch {
-    std::vector<std::byte> send, recv;   // this worker's payload; the N gathered payloads
-    std::vector<std::uint64_t> keys;     // chunk_topk: one chunk's selection keys; random_k: the positions
-    std::vector<std::uint32_t> index;    // chunk_topk: the kept in-chunk indices
-    std::vector<float> values;           // the kept values (gathered, then decoded)
-    std::vector<float> packed_residual;  // random_k through a lossy value codec: the packed values' coding error
-    reduce_scratch reduce;               // random_k through a value codec other than fp32
-
-    template <class Sparsifier>
-    void reserve(const Sparsifier& s, std::size_t n, int ranks) {
-        s.reserve_scratch(*this, n, ranks);
-    }
-};
 
 namespace detail {
 
@@ -415,17 +399,6 @@ struct random_k {
             s.reduce.reserve(values, K, ranks);
         }
     }
-};
-
-template <class S>
-concept sparsifier_policy = std::copy_constructible<S> && requires(const S& s, std::size_t n, config_record& rec,
-                                                                    sparse_scratch& scratch, int ranks) {
-    { S::name } -> std::convertible_to<const char*>;
-    { s.payload_bytes(n) } -> std::convertible_to<std::size_t>;
-    { s.kept(n) } -> std::convertible_to<std::size_t>;
-    { s.error() } -> std::convertible_to<std::string>;
-    s.describe(rec);
-    s.reserve_scratch(scratch, n, ranks);
 };
 
 // In place on host memory: buf[0, n) = the sum over workers of every worker's sparsified

@@ -32,6 +32,7 @@
 #pragma once
 
 #include <trickle/comm/communicator.hpp>
+#include <trickle/comm/request.hpp>
 #include <trickle/config.hpp>
 #include <trickle/core/memory_space.hpp>
 #include <trickle/error.hpp>
@@ -50,69 +51,6 @@
 TRICKLE_NAMESPACE_BEGIN
 
 namespace comm {
-
-// The completion of one started operation.
-class request {
-public:
-    request() = default;
-    request(request&&) noexcept = default;
-    request& operator=(request&& o) noexcept {
-        if (this != &o) {
-            finish_quietly();
-            state_ = std::move(o.state_);
-        }
-        return *this;
-    }
-    request(const request&) = delete;
-    request& operator=(const request&) = delete;
-    ~request() { finish_quietly(); }
-
-    // Whether this request names an operation (a default-constructed one does not).
-    bool valid() const { return state_ != nullptr; }
-
-    // Blocks until the operation has completed; rethrows its exception, once.
-    void wait() {
-        if (!state_) return;
-        std::unique_lock lock(state_->mutex);
-        state_->cv.wait(lock, [&] { return state_->done; });
-        std::exception_ptr error = std::exchange(state_->error, nullptr);
-        lock.unlock();
-        state_.reset();
-        if (error) std::rethrow_exception(error);
-    }
-
-    // Whether the operation has completed (then wait() returns at once).
-    bool test() const {
-        if (!state_) return true;
-        std::lock_guard lock(state_->mutex);
-        return state_->done;
-    }
-
-private:
-    template <class>
-    friend class async;
-
-    struct state {
-        std::mutex mutex;
-        std::condition_variable cv;
-        bool done = false;
-        std::exception_ptr error;
-    };
-
-    explicit request(std::shared_ptr<state> s) : state_(std::move(s)) {}
-
-    // A request dropped unwaited: wait for the operation (its memory may still be in use),
-    // and drop its error (a destructor must not throw; the peers see the same failure).
-    void finish_quietly() noexcept {
-        if (!state_) return;
-        std::unique_lock lock(state_->mutex);
-        state_->cv.wait(lock, [&] { return state_->done; });
-        lock.unlock();
-        state_.reset();
-    }
-
-    std::shared_ptr<state> state_;
-};
 
 template <class Comm>
 class async {
@@ -266,12 +204,6 @@ private:
     bool stopping_ = false;
     traffic_counters traffic_;
     std::thread thread_;
-};
-
-// Whether a communicator can start operations without blocking (comm::async).
-template <class C>
-concept async_communicator = communicator<C> && requires(C& c, float* f, std::size_t n) {
-    { c.start_all_reduce_sum(f, n) } -> std::same_as<request>;
 };
 
 } // namespace comm

@@ -127,6 +127,24 @@ struct update_piece {
 #endif
 };
 
+// The device piece of each host body of kernels/diloco.hpp (the same element arithmetic).
+template <class T>
+delta_piece<T> device_piece(const outer_delta_body<T, dense_wire<float>>& b) {
+    return {b};
+}
+template <class T, class Rule>
+update_piece<T, Rule> device_piece(const outer_update_body<T, Rule, dense_wire<float>>& b) {
+    return {b};
+}
+template <class T>
+snapshot_piece<T> device_piece(const snapshot_copy_body<T>& b) {
+    return {b.snapshot};
+}
+template <class T>
+restore_piece<T> device_piece(const params_from_snapshot_body<T>& b) {
+    return {b.snapshot};
+}
+
 #if TRICKLE_CUDA_COMPILER
 
 namespace device {
@@ -162,6 +180,14 @@ void device_stream(const exec::cuda& ex, const flat_view<T>& params, const std::
     const exec::grid_shape g = plan_grid(kernel, stream_tuning, tiles, bytes);
     kernel<<<g.blocks, g.threads, 0, ex.stream>>>(params, tile_seg, first, count, stream_tile, op);
     TRICKLE_CUDA_CHECK(cudaGetLastError());
+}
+
+// A pass of a kernels/diloco.hpp body over elements [first, first + count) of the group, on
+// the device: its vector agent (device_piece). The host's overload is in kernels/pass.hpp.
+template <class T, class Body>
+void stream_pass(const exec::cuda& ex, const flat_view<T>& params, const std::uint32_t* tile_seg, std::size_t first,
+                 std::size_t count, const Body& body) {
+    device_stream(ex, params, tile_seg, first, count, device_piece(body));
 }
 
 #endif // TRICKLE_CUDA_COMPILER

@@ -1,6 +1,7 @@
 // trickle/schedule/schedule.hpp: fraction schedules: how much an exchange at a given step averages.
 //
-// When to exchange is the algorithm's `interval` option (every H steps); a schedule says
+// When to exchange is the algorithm's `interval` option (every H steps, detail::due_every),
+// unless the schedule also says when (an optional due(step, interval)); a schedule says
 // how much: fraction(step, base) maps the 0-based step and the options' base fraction to
 // the fraction used at that step, in (0, 1]. The SPARTA authors observe that replicas
 // correlate quickly and suggest a larger fraction early that decreases later: linear and
@@ -37,6 +38,24 @@ concept schedule_policy = std::copy_constructible<S> && requires(const S& s, std
 
 namespace detail {
 inline bool valid_fraction(double p) { return std::isfinite(p) && p > 0.0 && p <= 1.0; }
+
+// When: whether the step after inner step t (0-based) is due in a cycle of `interval`
+// steps that starts at `phase` (every interval-th step: phase 0). The one home of
+// "every H steps" for SPARTA's exchanges, DiLoCo's outer steps and streaming fragments.
+inline bool due_every(std::uint64_t t, std::uint64_t interval, std::uint64_t phase = 0) {
+    const std::uint64_t s = t + 1;
+    return s >= phase && (s - phase) % interval == 0;
+}
+
+// Whether schedule s exchanges after step t: its own due(step, interval) when it has one
+// (a schedule that decides when as well as how much), every interval-th step otherwise.
+template <class S>
+bool schedule_due(const S& s, std::uint64_t t, std::uint64_t interval) {
+    if constexpr (requires { { s.due(t, interval) } -> std::convertible_to<bool>; })
+        return s.due(t, interval);
+    else
+        return due_every(t, interval);
+}
 
 // The largest fraction a schedule gives for base fraction `base`, clipped to (0, 1]; 1
 // when the schedule cannot say.

@@ -18,6 +18,7 @@ namespace topology {
 struct all_reduce {
     static constexpr const char* name = "all_reduce";
     static constexpr int scratch_buffers = 0; // workspace slots reduce() uses beyond the buffer
+    static constexpr bool whole_world = true; // one all-reduce over every worker (detail::whole_world_v)
 
     template <class Exec, class Comm, class Space>
     int reduce(const Exec&, Comm& comm, float* buf, std::size_t n, workspace<float, Space, 4>&) const {

@@ -30,6 +30,7 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <variant>
 
 TRICKLE_NAMESPACE_BEGIN
 
@@ -51,6 +52,22 @@ struct reduce_context {
 };
 
 namespace detail {
+
+// The topology's kind, as a type trait: whether it sums over the whole world in one
+// all-reduce (a topology says so with `static constexpr bool whole_world = true`). The
+// algorithms take their encoded all-reduce for such a topology, and the elastic protocol
+// (whose world changes between rounds) needs one. A type-erased topology (topology::any)
+// answers for the topology it holds.
+template <class Top>
+inline constexpr bool whole_world_v = requires { requires Top::whole_world; };
+
+template <class Top>
+bool is_all_reduce(const Top& t) {
+    if constexpr (requires { t.held(); })
+        return std::visit([](const auto& h) { return is_all_reduce(h); }, t.held());
+    else
+        return whole_world_v<Top>;
+}
 
 // Whether topology Top's reduce() takes a reduce_context for these argument types.
 template <class Top, class Exec, class Comm, class Space>

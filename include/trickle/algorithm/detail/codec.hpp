@@ -9,23 +9,21 @@
 // every worker (the config record), what the encoded path needs.
 #pragma once
 
-#include <trickle/codec/any.hpp>
 #include <trickle/codec/element.hpp>
 #include <trickle/codec/link.hpp>
 #include <trickle/codec/reduce.hpp>
-#include <trickle/codec/sparse.hpp>
+#include <trickle/codec/sparsifier.hpp>
 #include <trickle/comm/communicator.hpp>
 #include <trickle/config.hpp>
 #include <trickle/core/config_record.hpp>
 #include <trickle/core/memory_space.hpp>
-#include <trickle/topology/all_reduce.hpp>
-#include <trickle/topology/any.hpp>
+#include <trickle/topology/topology.hpp>
 #include <trickle/topology/link.hpp>
 #include <trickle/exec/cuda.hpp>
 #include <trickle/exec/host.hpp>
 
-#include <cstring>
 #include <type_traits>
+#include <variant>
 
 TRICKLE_NAMESPACE_BEGIN
 
@@ -49,20 +47,19 @@ bool plain_codec(const W& c) {
         return false; // a sparsifier drops values whatever its value codec
     else if constexpr (std::is_same_v<W, codec::fp32>)
         return true;
-    else if constexpr (std::is_same_v<W, codec::any>)
-        return std::holds_alternative<codec::fp32>(c.held);
+    else if constexpr (requires { c.held; }) // a type-erased codec (codec::any): the one it holds
+        return std::visit([](const auto& h) { return plain_codec(h); }, c.held);
     else
         return false;
 }
 
-template <class Top>
-bool is_all_reduce(const Top& t) {
-    if constexpr (std::is_same_v<Top, topology::all_reduce>)
-        return true;
-    else if constexpr (std::is_same_v<Top, topology::any>)
-        return std::strcmp(t.held_name(), "all_reduce") == 0;
+// The name of codec or topology p, or of the one a type-erased p holds.
+template <class P>
+const char* held_name_of(const P& p) {
+    if constexpr (requires { p.held_name(); })
+        return p.held_name();
     else
-        return false;
+        return P::name;
 }
 
 // Adds the codec's fields to an algorithm's record, and an error when the encoded path
@@ -79,8 +76,7 @@ void describe_codec(const W& c, const Top& top, config_record& rec, const char* 
                                        "int4_block or sign2_block)"));
     }
     if (plain_codec(c)) return;
-    const char* name = W::name;
-    if constexpr (std::is_same_v<W, codec::any>) name = c.held_name();
+    const char* name = held_name_of(c);
     if constexpr (std::is_same_v<Space, cuda_space> && codec::sparsifier_policy<W>)
         rec.set_error(concat(kind, ": the ", name,
                              " sparsifier runs on host parameters in this version (device parameters take value "
@@ -93,9 +89,8 @@ void describe_codec(const W& c, const Top& top, config_record& rec, const char* 
         return;
     }
     if constexpr (codec::sparsifier_policy<W>) {
-        const char* held = Top::name;
-        if constexpr (std::is_same_v<Top, topology::any>) held = top.held_name();
-        rec.set_error(concat(kind, ": the ", name, " sparsifier sums through the all_reduce topology, not ", held));
+        rec.set_error(concat(kind, ": the ", name, " sparsifier sums through the all_reduce topology, not ",
+                             held_name_of(top)));
     } else {
         using exec_type = std::conditional_t<std::is_same_v<Space, cuda_space>, exec::cuda, exec::host>;
         if constexpr (!reduce_takes_link<Top, exec_type, Comm, Space, codec::encoded_link<W, Space>>)

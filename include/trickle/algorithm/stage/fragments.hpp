@@ -1,0 +1,377 @@
+// trickle/algorithm/stage/fragments.hpp: Streaming DiLoCo's fragments, a stage of the
+// DiLoCo engine (docs/streaming.md).
+//
+// The group is split at tensor boundaries into F fragments. Fragment f holds elements
+// [first, first + count) and takes its outer step after inner step t when
+// (t + 1) = phase + k H for some k >= 0 (phase = f H / F): the fragments' outer steps are
+// spread evenly over the round. Its outer step computes the fragment's weighted deltas into
+// its own buffer and exchanges them; the average is applied overlap_steps inner steps later
+// (at once for 0): the outer rule, with the fragment's own step count for the optimizer's
+// bias corrections, updates the fragment's snapshot, and the parameters become the new
+// snapshot, or with mix = alpha, alpha (the parameters as trained meanwhile) + (1 - alpha)
+// (the new snapshot). Over a communicator that can start operations (comm::async) a plain
+// fp32 all-reduce runs while the worker trains; any other exchange runs at once and its
+// result waits, which gives the same bits. Rounds (the engine's attempts) count fragment
+// outer steps, so drop draws and rounding words stay distinct.
+//
+// The stage owns the fragments, their buffers' places, the exchanges in flight and the
+// merge's scratch; the engine lends it its passes (the delta, the outer update, the
+// exchange route and the round's participants), which are the same for a whole-group
+// outer step.
+#pragma once
+
+#include <trickle/algorithm/detail/common.hpp>
+#include <trickle/algorithm/stage/replica_state.hpp>
+#include <trickle/algorithm/stage/trigger.hpp>
+#include <trickle/algorithm/stats.hpp>
+#include <trickle/comm/request.hpp>
+#include <trickle/config.hpp>
+#include <trickle/core/config_record.hpp>
+#include <trickle/core/param_group.hpp>
+#include <trickle/exec/buffer.hpp>
+#include <trickle/kernels/diloco.hpp>
+#include <trickle/kernels/flat_view.hpp>
+#include <trickle/kernels/prune.hpp>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+TRICKLE_NAMESPACE_BEGIN
+
+namespace detail {
+
+// The streaming fields of diloco_options, as the stage reads them.
+struct fragment_config {
+    std::uint64_t fragments = 1;
+    std::vector<std::uint32_t> fragment_tensors{};
+    std::uint64_t overlap_steps = 0;
+    double mix = 0.0;
+
+    // Whether these options stream at all (otherwise DiLoCo is whole-group, bit for bit).
+    bool streams() const { return fragments > 1 || fragment_tensors.size() > 1 || overlap_steps > 0 || mix > 0.0; }
+};
+
+template <class Engine>
+class fragment_stream {
+public:
+    fragment_stream() = default;
+
+    bool active() const { return !frags_.empty(); }
+
+    // Streaming's fields and their errors, for the engine's record.
+    template <class T, class Space>
+    static void describe(const fragment_config& o, std::uint64_t interval, bool manual, bool prunes,
+                         const param_group<T, Space>& group, config_record& rec) {
+        std::string lists;
+        for (std::uint32_t k : o.fragment_tensors) lists += concat(lists.empty() ? "" : ",", k);
+        rec.add("fragments", o.fragments).add("fragment_tensors", lists).add("overlap_steps", o.overlap_steps).add("mix", o.mix);
+        std::size_t tensors = 0;
+        for (const auto& e : group.entries()) tensors += e.view.size() != 0 ? 1 : 0;
+        if (o.fragments < 1) rec.set_error("diloco: fragments must be >= 1, got 0");
+        if (!o.fragment_tensors.empty()) {
+            std::uint64_t sum = 0;
+            bool zero = false;
+            for (std::uint32_t k : o.fragment_tensors) {
+                sum += k;
+                zero = zero || k == 0;
+            }
+            if (o.fragments != 1 && o.fragments != o.fragment_tensors.size())
+                rec.set_error(concat("diloco: fragments is ", o.fragments, " but fragment_tensors lists ",
+                                     o.fragment_tensors.size(), " fragments"));
+            if (zero) rec.set_error("diloco: every entry of fragment_tensors must be >= 1");
+            if (sum != tensors)
+                rec.set_error(concat("diloco: fragment_tensors sums to ", sum, " tensors, the group has ", tensors));
+        } else if (o.fragments > tensors && o.fragments > 1) {
+            rec.set_error(concat("diloco: ", o.fragments, " fragments but the group has only ", tensors,
+                                 " tensors (fragments split at tensor boundaries)"));
+        }
+        if (interval >= 1 && o.overlap_steps >= interval)
+            rec.set_error(concat("diloco: overlap_steps (tau) must be < interval (H = ", interval, "), got ",
+                                 o.overlap_steps));
+        if (!(o.mix >= 0.0 && o.mix <= 1.0)) rec.set_error(concat("diloco: mix must be in [0, 1], got ", o.mix));
+        rec.add("manual_outer", manual);
+        if (o.streams() && manual)
+            rec.set_error("diloco: manual_outer does not combine with streaming (fragments, overlap_steps, mix), whose "
+                          "schedule follows the inner steps");
+        if constexpr (std::is_same_v<Space, cuda_space>)
+            if (o.streams() && prunes)
+                rec.set_error("diloco: streaming (fragments > 1, overlap_steps > 0 or mix > 0) with pruning runs on host "
+                              "parameters in this version");
+    }
+
+    // Values of the engine's workspace slot 0 the stage needs: every fragment's deltas and
+    // weight side by side (n + F).
+    static std::size_t workspace_values(const fragment_config& o, const layout_view& L, std::size_t n) {
+        return n + ends(o, L, n).size();
+    }
+
+    // Splits the group (the listed tensor counts, or F fragments of about n / F elements
+    // each: a fragment ends at the first tensor boundary at or past its share, leaving at
+    // least one tensor for each later fragment) and places each fragment's buffer in
+    // `slot0` (workspace_values() floats); mix > 0: sizes the merge's scratch.
+    template <class Exec>
+    void build(const fragment_config& o, const round_trigger& trigger, const layout_view& L, std::size_t n,
+               float* slot0, const Exec& ex) {
+        config_ = o;
+        trigger_ = trigger;
+        const std::vector<std::uint32_t> e = ends(o, L, n);
+        frags_.clear();
+        std::uint32_t s0 = 0;
+        std::size_t slot = 0, largest = 0;
+        const std::uint64_t F = e.size(), H = trigger.interval();
+        for (std::uint64_t f = 0; f < F; ++f) {
+            fragment g;
+            g.first = L.offsets[s0];
+            g.count = L.offsets[e[f]] - g.first;
+            g.buf = slot0 + slot;
+            slot += g.count + 1;
+            g.phase = f * H / F;
+            for (std::uint32_t s = s0; s <= e[f]; ++s) g.offsets.push_back(L.offsets[s] - g.first);
+            s0 = e[f];
+            largest = std::max(largest, g.count);
+            frags_.push_back(std::move(g));
+        }
+        if (o.mix > 0.0) mix_local_ = make_buffer(largest, ex);
+    }
+
+    // An exchange still running on the communicator's progress thread writes into the
+    // engine's buffers: wait for it before they go.
+    ~fragment_stream() {
+        for (fragment& f : frags_) f.flight.request = comm::request{};
+    }
+    fragment_stream(const fragment_stream&) = delete;
+    fragment_stream& operator=(const fragment_stream&) = delete;
+    fragment_stream(fragment_stream&&) = delete;
+    fragment_stream& operator=(fragment_stream&&) = delete;
+
+    // True when the step after inner step t begins some fragment's outer step.
+    bool due(std::uint64_t t) const {
+        for (const fragment& f : frags_)
+            if (trigger_.due(t, f.phase)) return true;
+        return false;
+    }
+
+    // After inner step t: applies the fragments whose average is due, then starts those
+    // whose outer step is.
+    template <class Exec>
+    void step(Engine& e, const Exec& ex, std::uint64_t t) {
+        for (fragment& f : frags_)
+            if (f.pending && f.due == t) apply(e, ex, f);
+        for (fragment& f : frags_)
+            if (trigger_.due(t, f.phase)) start(e, ex, f, t);
+    }
+
+    std::vector<std::pair<std::size_t, std::size_t>> ranges() const {
+        std::vector<std::pair<std::size_t, std::size_t>> out;
+        for (const fragment& f : frags_) out.emplace_back(f.first, f.count);
+        return out;
+    }
+    std::size_t in_flight() const {
+        std::size_t k = 0;
+        for (const fragment& f : frags_) k += f.pending ? 1 : 0;
+        return k;
+    }
+
+    // The checkpoint's sections: per fragment its counters ("fragments"), and the exchanged,
+    // not yet applied deltas of the fragments in flight ("in_flight"); an exchange still
+    // running is waited for first (its result is part of the state).
+    void add_sections(replica_state& rs, const Engine& e) {
+        rs.add("fragments", saved, frags_.size() * fields * sizeof(std::uint64_t),
+               [this, &e] { return bytes_of(record(e).data(), frags_.size() * fields); },
+               [this](const std::string& b) { restore_record(b); },
+               [this](const staged_sections& st) { check_record(st); });
+        rs.add(replica_state::section{
+            "in_flight", saved, [this, &e] { return in_flight_values(e); },
+            [this, &e](const std::string& b) { restore_values(e, b); },
+            [this](const staged_sections& st) {
+                return static_cast<std::uint64_t>(in_flight_size(st.values<std::uint64_t>("fragments")) * sizeof(float));
+            }});
+    }
+
+private:
+    static constexpr std::size_t fields = 10;
+
+    // What an exchange in flight holds; waiting for it completes what is already the
+    // state (its sums land in the fragment's buffer), so the waits of save() are const.
+    struct in_flight_exchange {
+        mutable bool async = false;          // its all-reduce runs on the communicator's progress thread
+        mutable comm::request request{};
+        mutable traffic_counters traffic{};  // what its exchange sent (counted when applied)
+        mutable codec::wire_parts parts{};
+    };
+
+    struct fragment {
+        std::size_t first = 0;
+        std::size_t count = 0;
+        float* buf = nullptr;         // its deltas and weight: count + 1 floats of the engine's slot 0
+        std::uint64_t phase = 0;
+        std::uint64_t outer_t = 0;    // outer steps applied to this fragment
+        bool pending = false;         // exchanged (or exchanging), not applied
+        std::uint64_t due = 0;        // the inner step after which it is applied
+        in_flight_exchange flight{};
+        std::vector<std::size_t> offsets; // its tensors' offsets, relative to first (pruning)
+    };
+
+    static std::vector<std::uint32_t> ends(const fragment_config& o, const layout_view& L, std::size_t n) {
+        std::vector<std::uint32_t> out; // one past each fragment's last segment
+        if (!o.fragment_tensors.empty()) {
+            std::uint32_t s = 0;
+            for (std::uint32_t k : o.fragment_tensors) out.push_back(s += k);
+            return out;
+        }
+        const auto F = static_cast<std::uint32_t>(o.fragments);
+        std::uint32_t s = 0;
+        for (std::uint32_t f = 0; f + 1 < F; ++f) {
+            const std::size_t share = (n * (f + 1) + F - 1) / F;
+            ++s; // at least one tensor
+            while (s < L.count - (F - 1 - f) && L.offsets[s] < share) ++s;
+            out.push_back(s);
+        }
+        out.push_back(L.count);
+        return out;
+    }
+
+    template <class Exec>
+    static auto make_buffer(std::size_t n, const Exec& ex) {
+        using space = typename Engine::memory_space;
+        if constexpr (std::is_same_v<space, cuda_space>)
+            return buffer<float, space>(n, ex);
+        else
+            return buffer<float, space>(n);
+    }
+
+    template <class Exec>
+    void start(Engine& e, const Exec& ex, fragment& f, std::uint64_t t) {
+        float w = 0.0f;
+        if (!e.begin_outer_step(w)) return;
+        const traffic_counters before = e.comm_.traffic();
+        // The passes of a fragment run as generic launches of the bodies (run_ranges), on the
+        // host and the device alike; the whole-group passes take the device's vector agents.
+        run_ranges(ex, f.count, e.delta_body(f.buf, f.first, f.count, w));
+        if constexpr (!Engine::on_device) {
+            if (e.options_.prune_fraction > 0.0) {
+                const layout_view L{f.offsets.data(), static_cast<std::uint32_t>(f.offsets.size() - 1), f.count};
+                prune_host(f.buf, L, e.options_.prune_fraction, e.prune_keys_);
+            }
+        }
+        f.pending = true;
+        f.due = t + config_.overlap_steps;
+        f.flight.async = false;
+        if constexpr (comm::async_communicator<typename Engine::comm_type>) {
+            if (!e.route_.encoded() && e.route_.all_reduce() && config_.overlap_steps > 0) {
+                f.flight.request = e.comm_.start_all_reduce_sum(f.buf, f.count + 1);
+                f.flight.async = true;
+                return;
+            }
+        }
+        e.exchange(ex, f.buf, f.first, f.count);
+        f.flight.traffic = e.comm_.traffic() - before;
+        // (The plain route's parts are counted when applied: every byte a code.)
+        f.flight.parts = e.route_.encoded() ? e.route_.parts_sent(e.comm_, f.count, f.flight.traffic) : codec::wire_parts{};
+        if (config_.overlap_steps == 0) apply(e, ex, f);
+    }
+
+    // Waits for a fragment's exchange if it is running (its bytes are counted then).
+    void finish(const Engine& e, const fragment& f) const {
+        if (!f.flight.async) return;
+        f.flight.request.wait();
+        f.flight.async = false;
+        const std::uint64_t bytes = all_reduce_bytes(f.count + 1, sizeof(float), e.comm_.size(), e.comm_.rank());
+        f.flight.traffic = traffic_counters{bytes, bytes, 1};
+        f.flight.parts = codec::wire_parts{};
+    }
+
+    template <class Exec>
+    void apply(Engine& e, const Exec& ex, fragment& f) {
+        finish(e, f);
+        const auto view = e.flat_.view();
+        if (config_.mix > 0.0) run_ranges(ex, f.count, local_copy_body<typename Engine::value_type>{view, mix_local_.data(), f.first});
+        const auto rule = e.outer_.prepare(++f.outer_t);
+        ++e.outer_t_;
+        run_ranges(ex, f.count, e.update_body(f.buf, f.first, f.count, rule));
+        if (config_.mix > 0.0)
+            run_ranges(ex, f.count,
+                       mix_body<typename Engine::value_type>{view, e.snapshot_, mix_local_.data(),
+                                                             static_cast<float>(config_.mix), f.first});
+        f.pending = false;
+        e.count_exchange(f.flight.traffic, f.flight.parts, f.count);
+    }
+
+    std::vector<std::uint64_t> record(const Engine& e) const {
+        std::vector<std::uint64_t> out;
+        for (const fragment& f : frags_) {
+            finish(e, f);
+            const auto& tr = f.flight.traffic;
+            const auto& p = f.flight.parts;
+            const std::uint64_t v[fields] = {f.outer_t, f.pending ? 1u : 0u, f.due, tr.bytes_sent, tr.bytes_received,
+                                             tr.calls, p.codes, p.scales, p.indices, p.padding};
+            out.insert(out.end(), v, v + fields);
+        }
+        return out;
+    }
+    void check_record(const staged_sections& st) const {
+        const std::vector<std::uint64_t> rec = st.values<std::uint64_t>("fragments");
+        const std::uint64_t steps = st.value<exchange_stats>("stats").steps;
+        for (std::size_t f = 0; f < frags_.size(); ++f) {
+            const std::uint64_t* v = rec.data() + f * fields;
+            if (v[1] > 1 || (v[1] == 1 && (v[2] < steps || v[2] >= steps + config_.overlap_steps)))
+                throw invalid_argument(concat("checkpoint: fragment ", f, "'s in-flight state does not fit step ", steps));
+        }
+    }
+    std::size_t in_flight_size(const std::vector<std::uint64_t>& rec) const {
+        std::size_t k = 0;
+        for (std::size_t f = 0; f < frags_.size(); ++f)
+            if (rec[f * fields + 1] != 0) k += frags_[f].count + 1;
+        return k;
+    }
+    std::string in_flight_values(const Engine& e) const {
+        std::vector<float> out;
+        for (const fragment& f : frags_) {
+            finish(e, f);
+            if (!f.pending) continue;
+            out.resize(out.size() + f.count + 1);
+            e.copy_to_host(out.data() + out.size() - (f.count + 1), f.buf, f.count + 1);
+        }
+        return bytes_of(out.data(), out.size());
+    }
+    void restore_record(const std::string& b) {
+        std::vector<std::uint64_t> rec(frags_.size() * fields);
+        bytes_to(b, rec.data(), rec.size());
+        for (std::size_t k = 0; k < frags_.size(); ++k) {
+            fragment& f = frags_[k];
+            if (f.flight.async) f.flight.request = comm::request{}; // waits; its result is replaced
+            f.flight.async = false;
+            const std::uint64_t* v = rec.data() + k * fields;
+            f.outer_t = v[0];
+            f.pending = v[1] != 0;
+            f.due = v[2];
+            f.flight.traffic = traffic_counters{v[3], v[4], v[5]};
+            f.flight.parts = codec::wire_parts{v[6], v[7], v[8], v[9]};
+        }
+    }
+    // After restore_record (the sections apply in order).
+    void restore_values(const Engine& e, const std::string& b) {
+        std::vector<float> values(b.size() / sizeof(float));
+        bytes_to(b, values.data(), values.size());
+        std::size_t at = 0;
+        for (fragment& f : frags_) {
+            if (!f.pending) continue;
+            e.copy_from_host(f.buf, values.data() + at, f.count + 1);
+            at += f.count + 1;
+        }
+    }
+
+    fragment_config config_{};
+    round_trigger trigger_{};
+    std::vector<fragment> frags_;
+    buffer<float, typename Engine::memory_space> mix_local_; // mix > 0: a fragment's parameters before its late update
+};
+
+} // namespace detail
+
+TRICKLE_NAMESPACE_END

@@ -1,0 +1,270 @@
+// trickle/algorithm/stage/replica_state.hpp: a replica's state as named sections, saved,
+// loaded, sent to a joiner, hashed, backed up and rolled back by one implementation.
+//
+// An algorithm describes its state once, at construction, as an ordered list of named
+// sections (its counters, a snapshot, an optimizer's state, a sampler's state, an
+// error-feedback residual, ...). Each section says how to read its bytes from where the
+// algorithm keeps them, how to write them back, how many bytes it must hold, and which of
+// the uses below it takes part in:
+//
+//   saved      the checkpoint (algorithm/checkpoint.hpp's records, in list order)
+//   sent       the state a live member sends a joiner (membership's welcome)
+//   hashed     the hash every replica must agree on after a welcome (the global state)
+//   backed_up  what a round changes before its collectives complete, put back when a
+//              peer fails during it
+//
+// Loading is transactional: every saved section is read and checked into a staged copy,
+// the workers agree (every worker throws the same error if any worker's checkpoint is
+// bad), and only then is each section applied. The formats are the algorithms' own:
+// section names, sizes and order are exactly what each algorithm wrote before this stage
+// existed, so older checkpoints load unchanged.
+#pragma once
+
+#include <trickle/algorithm/agreement.hpp>
+#include <trickle/algorithm/checkpoint.hpp>
+#include <trickle/config.hpp>
+#include <trickle/core/config_record.hpp>
+#include <trickle/core/crc32c.hpp>
+#include <trickle/error.hpp>
+
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <istream>
+#include <limits>
+#include <ostream>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+TRICKLE_NAMESPACE_BEGIN
+
+namespace detail {
+
+// The uses of a section (a bit set).
+enum section_use : unsigned {
+    saved = 1u,
+    sent = 2u,
+    hashed = 4u,
+    backed_up = 8u,
+};
+
+// Sections read but not yet applied, by name.
+class staged_sections {
+public:
+    void put(std::string name, std::string bytes) { items_.emplace_back(std::move(name), std::move(bytes)); }
+    const std::string& operator[](const std::string& name) const {
+        for (const auto& [n, b] : items_)
+            if (n == name) return b;
+        throw invalid_argument(concat("checkpoint: section '", name, "' was not read")); // a bug, not bad input
+    }
+    bool has(const std::string& name) const {
+        for (const auto& item : items_)
+            if (item.first == name) return true;
+        return false;
+    }
+    // A section's bytes as an array of trivially copyable values (its size was checked).
+    template <class V>
+    std::vector<V> values(const std::string& name) const {
+        const std::string& b = (*this)[name];
+        std::vector<V> out(b.size() / sizeof(V));
+        if (!out.empty()) std::memcpy(out.data(), b.data(), out.size() * sizeof(V));
+        return out;
+    }
+    template <class V>
+    V value(const std::string& name) const {
+        V v{};
+        const std::string& b = (*this)[name];
+        std::memcpy(&v, b.data(), b.size() < sizeof v ? b.size() : sizeof v);
+        return v;
+    }
+
+private:
+    std::vector<std::pair<std::string, std::string>> items_;
+};
+
+// Bytes of a trivially copyable value or array, as a section's content.
+template <class V>
+std::string bytes_of(const V* data, std::size_t count) {
+    return std::string(reinterpret_cast<const char*>(data), count * sizeof(V));
+}
+template <class V>
+std::string bytes_of(const V& v) {
+    return bytes_of(&v, 1);
+}
+template <class V>
+void bytes_to(const std::string& b, V* data, std::size_t count) {
+    if (count != 0) std::memcpy(data, b.data(), count * sizeof(V));
+}
+
+class replica_state {
+public:
+    // The size a section of any length declares (read as a blob of at most 1 MiB).
+    static constexpr std::uint64_t any_size = std::numeric_limits<std::uint64_t>::max();
+
+    struct section {
+        std::string name;
+        unsigned use = 0;
+        std::function<std::string()> read;                          // the bytes as the algorithm holds them now
+        std::function<void(const std::string&)> write;              // applies bytes (sized as `size` says)
+        std::function<std::uint64_t(const staged_sections&)> size;  // the bytes it must hold, given the sections
+                                                                    // read before it (any_size: a blob)
+        std::function<void(const staged_sections&)> check = {};     // throws invalid_argument for bad content
+    };
+
+    // `kind`: the checkpoint's kind ("sparta", "diloco", ...); the transfer's is kind + "-transfer".
+    explicit replica_state(std::string kind = {}) : kind_(std::move(kind)) {}
+
+    replica_state& add(section s) {
+        sections_.push_back(std::move(s));
+        return *this;
+    }
+    // A section of fixed size.
+    replica_state& add(std::string name, unsigned use, std::uint64_t bytes, std::function<std::string()> read,
+                       std::function<void(const std::string&)> write,
+                       std::function<void(const staged_sections&)> check = {}) {
+        return add(section{std::move(name), use, std::move(read), std::move(write),
+                           [bytes](const staged_sections&) { return bytes; }, std::move(check)});
+    }
+    // The configuration hash checkpoints and transfers carry (config_record::serialize, fnv1a).
+    void set_config_hash(std::uint64_t h) { config_hash_ = h; }
+    std::uint64_t config_hash() const { return config_hash_; }
+    const std::string& kind() const { return kind_; }
+
+    // ---- The checkpoint.
+    void save(std::ostream& os) const {
+        checkpoint_writer w(os);
+        w.header(kind_, config_hash_);
+        for (const section& s : sections_)
+            if (s.use & saved) {
+                const std::string b = s.read();
+                w.section(s.name, b.data(), b.size());
+            }
+        w.finish();
+    }
+
+    // Collective: reads a checkpoint into staged sections, then every worker agrees on
+    // `record` (what the staged state must match across workers; its error set when this
+    // worker's checkpoint was bad) and, when every worker's was good, applies them. On any
+    // error every worker throws the same one and nothing changes. `extra` checks the
+    // staged sections further (throws invalid_argument).
+    template <class Comm, class Record, class Extra = std::nullptr_t>
+    void load(Comm& comm, std::istream& is, const std::string& source, checkpoint_trailing trailing, Record&& record,
+              Extra&& extra = nullptr) {
+        std::string err;
+        staged_sections st;
+        try {
+            if (!is) throw invalid_argument("checkpoint: cannot read " + source);
+            checkpoint_reader r(is);
+            r.header(kind_, config_hash_);
+            read_sections(r, saved, st);
+            r.finish(trailing);
+            if constexpr (!std::is_same_v<std::remove_cvref_t<Extra>, std::nullptr_t>) extra(st);
+        } catch (const error& e) {
+            err = e.what();
+        }
+        config_record rec = record(st, err.empty());
+        if (!err.empty()) rec.set_error(err);
+        agree(comm, rec);
+        comm.synchronize();
+        apply(saved, st);
+    }
+
+    // ---- Membership: the state a live member sends a joiner, and its hash.
+    std::string transfer() const {
+        std::ostringstream os;
+        checkpoint_writer w(os);
+        w.header(kind_ + "-transfer", config_hash_);
+        for (const section& s : sections_)
+            if (s.use & sent) {
+                const std::string b = s.read();
+                w.section(s.name, b.data(), b.size());
+            }
+        w.finish();
+        return os.str();
+    }
+    // Applies a transfer; throws trickle::error (nothing applied) when it is refused.
+    void receive(const std::string& blob) {
+        std::istringstream is(blob);
+        checkpoint_reader r(is);
+        r.header(kind_ + "-transfer", config_hash_);
+        staged_sections st;
+        read_sections(r, sent, st);
+        r.finish();
+        apply(sent, st);
+    }
+    std::uint32_t hash() const {
+        std::uint32_t h = 0;
+        for (const section& s : sections_)
+            if (s.use & hashed) {
+                const std::string b = s.read();
+                h = crc32c(b.data(), b.size(), h);
+            }
+        return h;
+    }
+
+    // ---- A round's backup and rollback.
+    void backup() {
+        backup_.clear();
+        for (const section& s : sections_)
+            if (s.use & backed_up) backup_.push_back(s.read());
+    }
+    void rollback() {
+        std::size_t k = 0;
+        for (const section& s : sections_)
+            if (s.use & backed_up) s.write(backup_.at(k++));
+    }
+
+private:
+    void read_sections(checkpoint_reader& r, unsigned use, staged_sections& st) const {
+        for (const section& s : sections_) {
+            if (!(s.use & use)) continue;
+            const std::uint64_t bytes = s.size(st);
+            std::string b;
+            if (bytes == any_size) {
+                b = r.blob(s.name);
+            } else {
+                b.assign(bytes, '\0');
+                r.section(s.name, b.data(), bytes);
+            }
+            st.put(s.name, std::move(b));
+            if (s.check) s.check(st);
+        }
+    }
+    void apply(unsigned use, const staged_sections& st) const {
+        for (const section& s : sections_)
+            if (s.use & use) s.write(st[s.name]);
+    }
+
+    std::string kind_;
+    std::uint64_t config_hash_ = 0;
+    std::vector<section> sections_;
+    std::vector<std::string> backup_;
+};
+
+// The membership protocol's state hooks (algorithm/membership.hpp) of an engine whose
+// state is a replica_state: what a donor sends, what a joiner applies, the hash every
+// replica must agree on, and a round's backup and rollback, written once for every
+// engine. Derived may define state_received(), run after a joiner applied a transfer.
+template <class Derived>
+class replica_hooks {
+public:
+    config_record elastic_record() const { return elastic_record_; }
+    std::string transfer_state() const { return replica_.transfer(); }
+    void receive_state(const std::string& blob) {
+        replica_.receive(blob);
+        if constexpr (requires(Derived& d) { d.state_received(); }) static_cast<Derived&>(*this).state_received();
+    }
+    std::uint32_t global_hash() const { return replica_.hash(); }
+    void round_backup() { replica_.backup(); }
+    void round_rollback() { replica_.rollback(); }
+
+protected:
+    replica_state replica_;
+    config_record elastic_record_; // the configuration a joiner must match (over an elastic communicator)
+};
+
+} // namespace detail
+
+TRICKLE_NAMESPACE_END
