@@ -459,24 +459,7 @@ private:
     void describe_state() {
         using detail::backed_up, detail::hashed, detail::saved, detail::sent;
         auto& rs = this->replica_;
-        rs.add("stats", saved | backed_up, sizeof(exchange_stats), [this] { return detail::bytes_of(stats_); },
-               [this](const std::string& b) {
-                   exchange_stats st{};
-                   detail::bytes_to(b, &st, 1);
-                   st.initial = stats_.initial; // what this object's construction sent, not the saved run's
-                   stats_ = st;
-               });
-        rs.add("counters", sent, 2 * sizeof(std::uint64_t),
-               [this] {
-                   const std::uint64_t c[2] = {stats_.steps + steps_pending_, stats_.exchanges};
-                   return detail::bytes_of(c, 2);
-               },
-               [this](const std::string& b) {
-                   std::uint64_t c[2] = {};
-                   detail::bytes_to(b, c, 2);
-                   stats_.steps = c[0];
-                   stats_.exchanges = c[1];
-               });
+        detail::add_stats_sections(rs, stats_, sent, &steps_pending_);
         rs.add("outer_counters", saved | sent | hashed | backed_up, 3 * sizeof(std::uint64_t),
                [this] {
                    const std::uint64_t c[3] = {outer_t_, skipped_, attempts_};

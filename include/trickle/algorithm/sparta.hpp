@@ -381,26 +381,10 @@ private:
     void describe_state() {
         using detail::backed_up, detail::hashed, detail::saved, detail::sent;
         auto& rs = this->replica_;
-        rs.add("stats", saved | backed_up, sizeof(exchange_stats), [this] { return detail::bytes_of(stats_); },
-               [this](const std::string& b) {
-                   exchange_stats st{};
-                   detail::bytes_to(b, &st, 1);
-                   st.initial = stats_.initial; // what this object's construction sent, not the saved run's
-                   stats_ = st;
-                   if constexpr (on_device)
-                       if (rekeyed_) copy_elements<cuda_space, host_space>(device_step_.data(), &stats_.steps, 1, ex_);
-               });
-        rs.add("counters", sent | hashed, 2 * sizeof(std::uint64_t),
-               [this] {
-                   const std::uint64_t c[2] = {stats_.steps, stats_.exchanges};
-                   return detail::bytes_of(c, 2);
-               },
-               [this](const std::string& b) {
-                   std::uint64_t c[2] = {};
-                   detail::bytes_to(b, c, 2);
-                   stats_.steps = c[0];
-                   stats_.exchanges = c[1];
-               });
+        detail::add_stats_sections(rs, stats_, sent | hashed, nullptr, [this] {
+            if constexpr (on_device)
+                if (rekeyed_) copy_elements<cuda_space, host_space>(device_step_.data(), &stats_.steps, 1, ex_);
+        });
         rs.add(detail::replica_state::section{
             "sampler", saved | sent | hashed | backed_up, [this] { return sampler_bytes(sampler_); },
             [this](const std::string& b) { load_sampler(sampler_, b); },

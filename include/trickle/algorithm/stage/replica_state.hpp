@@ -22,6 +22,7 @@
 
 #include <trickle/algorithm/agreement.hpp>
 #include <trickle/algorithm/checkpoint.hpp>
+#include <trickle/algorithm/stats.hpp>
 #include <trickle/config.hpp>
 #include <trickle/core/config_record.hpp>
 #include <trickle/core/crc32c.hpp>
@@ -242,6 +243,34 @@ private:
     std::vector<section> sections_;
     std::vector<std::string> backup_;
 };
+
+// The sections every engine keeps for its stats, in this order: "stats", saved and backed
+// up (a load keeps this object's `initial`, what its own construction sent; `after_write`
+// runs after it is written, to mirror the step on the device), and "counters", the step
+// and exchange counts a joiner resumes at (`counters_use`: sent, and hashed where the
+// replicas must agree on them; `pending`: steps taken but not yet counted, added when sent).
+inline void add_stats_sections(replica_state& rs, exchange_stats& stats, unsigned counters_use,
+                               const std::uint64_t* pending = nullptr, std::function<void()> after_write = {}) {
+    rs.add("stats", saved | backed_up, sizeof(exchange_stats), [&stats] { return bytes_of(stats); },
+           [&stats, after_write](const std::string& b) {
+               exchange_stats st{};
+               bytes_to(b, &st, 1);
+               st.initial = stats.initial;
+               stats = st;
+               if (after_write) after_write();
+           });
+    rs.add("counters", counters_use, 2 * sizeof(std::uint64_t),
+           [&stats, pending] {
+               const std::uint64_t c[2] = {stats.steps + (pending ? *pending : 0), stats.exchanges};
+               return bytes_of(c, 2);
+           },
+           [&stats](const std::string& b) {
+               std::uint64_t c[2] = {};
+               bytes_to(b, c, 2);
+               stats.steps = c[0];
+               stats.exchanges = c[1];
+           });
+}
 
 // The membership protocol's state hooks (algorithm/membership.hpp) of an engine whose
 // state is a replica_state: what a donor sends, what a joiner applies, the hash every
