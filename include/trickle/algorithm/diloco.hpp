@@ -457,10 +457,9 @@ private:
     // fragments (streaming). A joiner gets the step and round counters, the snapshot and the
     // optimizer state; the replicas agree on the hash of the last three.
     void describe_state() {
-        using detail::backed_up, detail::hashed, detail::saved, detail::sent;
         auto& rs = this->replica_;
-        detail::add_stats_sections(rs, stats_, sent, &steps_pending_);
-        rs.add("outer_counters", saved | sent | hashed | backed_up, 3 * sizeof(std::uint64_t),
+        detail::add_stats_sections(rs, stats_, detail::sent, &steps_pending_);
+        rs.add("outer_counters", detail::saved | detail::sent | detail::hashed | detail::backed_up, 3 * sizeof(std::uint64_t),
                [this] {
                    const std::uint64_t c[3] = {outer_t_, skipped_, attempts_};
                    return detail::bytes_of(c, 3);
@@ -472,15 +471,15 @@ private:
                    skipped_ = c[1];
                    attempts_ = c[2];
                });
-        rs.add("snapshot", saved | sent | hashed, n_ * sizeof(float), [this] { return host_floats(snapshot_, n_); },
+        rs.add("snapshot", detail::saved | detail::sent | detail::hashed, n_ * sizeof(float), [this] { return host_floats(snapshot_, n_); },
                [this](const std::string& b) { copy_from_host(snapshot_, reinterpret_cast<const float*>(b.data()), n_); });
-        rs.add("outer_state", saved | sent | hashed, state_floats_ * sizeof(float),
+        rs.add("outer_state", detail::saved | detail::sent | detail::hashed, state_floats_ * sizeof(float),
                [this] { return host_floats(state_, state_floats_); },
                [this](const std::string& b) {
                    copy_from_host(state_, reinterpret_cast<const float*>(b.data()), state_floats_);
                });
         if (route_.feedback())
-            rs.add("residual", saved | backed_up, n_ * sizeof(float),
+            rs.add("residual", detail::saved | detail::backed_up, n_ * sizeof(float),
                    [this] {
                        const std::vector<float> r = route_.residual();
                        return detail::bytes_of(r.data(), r.size());

@@ -379,21 +379,20 @@ private:
     // and the sampler's state. A joiner gets the step and exchange counters, the sampler's
     // state and the donor's parameters; the replicas agree on the hash of the first two.
     void describe_state() {
-        using detail::backed_up, detail::hashed, detail::saved, detail::sent;
         auto& rs = this->replica_;
-        detail::add_stats_sections(rs, stats_, sent | hashed, nullptr, [this] {
+        detail::add_stats_sections(rs, stats_, detail::sent | detail::hashed, nullptr, [this] {
             if constexpr (on_device)
                 if (rekeyed_) copy_elements<cuda_space, host_space>(device_step_.data(), &stats_.steps, 1, ex_);
         });
         rs.add(detail::replica_state::section{
-            "sampler", saved | sent | hashed | backed_up, [this] { return sampler_bytes(sampler_); },
+            "sampler", detail::saved | detail::sent | detail::hashed | detail::backed_up, [this] { return sampler_bytes(sampler_); },
             [this](const std::string& b) { load_sampler(sampler_, b); },
             [](const detail::staged_sections&) { return detail::replica_state::any_size; },
             [this](const detail::staged_sections& st) {
                 Sampler probe = sampler_;
                 load_sampler(probe, st["sampler"]);
             }});
-        rs.add("parameters", sent, flat_.total() * sizeof(float),
+        rs.add("parameters", detail::sent, flat_.total() * sizeof(float),
                [this] {
                    std::string out(flat_.total() * sizeof(float), '\0');
                    detail::run_ranges(exec::host{}, flat_.total(),
