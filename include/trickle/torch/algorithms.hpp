@@ -26,6 +26,7 @@
 #include <trickle/algorithm/agreement.hpp>
 #include <trickle/algorithm/diloco.hpp>
 #include <trickle/algorithm/sparta.hpp>
+#include <trickle/algorithm/sparta_diloco.hpp>
 #include <trickle/algorithm/stats.hpp>
 #include <trickle/config.hpp>
 #include <trickle/core/config_record.hpp>
