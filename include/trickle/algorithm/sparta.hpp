@@ -22,6 +22,7 @@
 #include <trickle/algorithm/detail/pick.hpp>
 #include <trickle/algorithm/detail/round.hpp>
 #include <trickle/algorithm/flat_params.hpp>
+#include <trickle/algorithm/options.hpp>
 #include <trickle/algorithm/stage/overlap.hpp>
 #include <trickle/algorithm/stage/replica_state.hpp>
 #include <trickle/algorithm/stage/route.hpp>
@@ -56,36 +57,6 @@
 
 TRICKLE_NAMESPACE_BEGIN
 
-// Plain options of a SPARTA exchange; every worker must pass the same values.
-struct sparta_options {
-    double fraction = 0.005;     // base fraction p of the group averaged per exchange, in (0, 1]
-    std::uint64_t interval = 1;  // exchange after every `interval`-th step (H >= 1)
-    std::uint64_t seed = 0;      // shared seed of the samplers' random streams
-    bool broadcast_initial = true; // at construction, give every worker rank 0's parameters (set false when
-                                   // resuming with parameters the trainer restored, or when the replicas
-                                   // already start identical and the bytes matter)
-    bool stochastic_rounding = false; // a lossy codec rounds with the shared Philox stream instead of to nearest
-    CUmemPoolHandle_st* device_pool = nullptr; // cuda_space: a cudaMemPool_t for trickle's buffers (default pool if null)
-    bool overlap = false; // host: apply each exchange's average one step later, corrected for the local change
-                          // meanwhile, so the exchange can run while the next step computes (docs/streaming.md)
-    // Elastic membership (over comm::elastic_local; docs/elastic.md): an exchange runs only with
-    // at least min_workers in the view (otherwise the step trains locally and the next exchange
-    // tries again); join: this object is built by a worker joining a running group, which takes
-    // the parameters, step counter and sampler state of a live member.
-    int min_workers = 1;
-    bool join = false;
-};
-
-namespace detail {
-
-inline void describe_options(config_record& rec, const sparta_options& o) {
-    rec.add("fraction", o.fraction).add("interval", o.interval).add("seed", o.seed).add("overlap", o.overlap);
-    if (!valid_fraction(o.fraction))
-        rec.set_error(concat("sparta: fraction must be in (0, 1], got ", o.fraction));
-    if (o.interval < 1) rec.set_error("sparta: interval must be >= 1, got 0");
-}
-
-} // namespace detail
 
 // The SPARTA engine for parameters of type T in memory space Space over communicator
 // Comm. Sampler, Schedule and Topology are policies (concepts sampler_policy,
