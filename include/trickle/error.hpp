@@ -3,9 +3,11 @@
 
 #include <trickle/config.hpp>
 
+#include <charconv>
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #if TRICKLE_HAS_CUDA
@@ -92,12 +94,34 @@ inline void check_cuda(cudaError_t code, const char* call, const char* file, int
 
 namespace detail {
 
+// The shortest text that reads back as the same value (std::to_chars without a
+// precision), in the value's own type: 0.005 prints as "0.005", 0.1f as "0.1" (not the
+// 17 digits "0.10000000149011612" of the float widened to double).
+template <class F>
+    requires std::is_floating_point_v<F>
+std::string shortest(F value) {
+    char buf[64];
+    const auto end = std::to_chars(buf, buf + sizeof buf, value).ptr;
+    return std::string(buf, end);
+}
+
+template <class Part>
+void put_part(std::ostringstream& os, Part&& part) {
+    if constexpr (std::is_floating_point_v<std::remove_cvref_t<Part>>)
+        os << shortest(part);
+    else
+        os << std::forward<Part>(part);
+}
+
 // Builds a message from streamable parts: detail::concat("got ", n, " elements").
+// Floating-point parts print in their shortest round-trip form (shortest() above), so a
+// message says "fraction 0.005", not "0.0050000000000000001". Configuration records keep
+// their own 17-digit text (core/config_record.hpp), which checkpoints hash.
 template <class... Parts>
 std::string concat(Parts&&... parts) {
     std::ostringstream os;
     os.precision(17);
-    (os << ... << std::forward<Parts>(parts));
+    (put_part(os, std::forward<Parts>(parts)), ...);
     return os.str();
 }
 

@@ -161,7 +161,7 @@ template <class Values>
 void describe_values(const Values& v, config_record& rec, const char* who) {
     config_record inner;
     v.describe(inner);
-    for (const auto& [k, val] : inner.fields()) rec.add("sparse_values_" + k, val);
+    rec.add_fields("sparse_values_", inner);
     if (!inner.error().empty()) rec.set_error(trickle::detail::concat("codec::", who, ": value codec: ", inner.error()));
 }
 
