@@ -55,10 +55,11 @@
 #include <trickle/config.hpp>
 #include <trickle/core/config_record.hpp>
 #include <trickle/core/dtype.hpp>
+#include <trickle/core/feistel.hpp>
+#include <trickle/core/fraction.hpp>
 #include <trickle/core/philox.hpp>
+#include <trickle/core/stream.hpp>
 #include <trickle/error.hpp>
-#include <trickle/sampler/feistel.hpp>
-#include <trickle/sampler/sampler.hpp>
 
 #include <algorithm>
 #include <bit>
