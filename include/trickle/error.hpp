@@ -94,14 +94,19 @@ inline void check_cuda(cudaError_t code, const char* call, const char* file, int
 
 namespace detail {
 
-// The shortest text that reads back as the same value (std::to_chars without a
+// The shortest digits that read back as the same value (std::to_chars without a
 // precision), in the value's own type: 0.005 prints as "0.005", 0.1f as "0.1" (not the
-// 17 digits "0.10000000149011612" of the float widened to double).
+// 17 digits "0.10000000149011612" of the float widened to double). Written as a plain
+// decimal from 1e-4 up to 1e16 ("0.0001", "100000") and in scientific notation outside
+// ("1e-08", "1e+20"), as Python's repr does.
 template <class F>
     requires std::is_floating_point_v<F>
 std::string shortest(F value) {
+    const F magnitude = value < 0 ? -value : value;
+    const bool plain = magnitude == 0 || (magnitude >= F(1e-4) && magnitude < F(1e16));
     char buf[64];
-    const auto end = std::to_chars(buf, buf + sizeof buf, value).ptr;
+    const auto end =
+        std::to_chars(buf, buf + sizeof buf, value, plain ? std::chars_format::fixed : std::chars_format::scientific).ptr;
     return std::string(buf, end);
 }
 

@@ -135,4 +135,12 @@ TEST_CASE("concat: numbers in messages are in their shortest round-trip form") {
     CHECK(detail::concat(-2.5, ' ', 1e-8, ' ', 3.0, ' ', std::uint64_t{18446744073709551615ull}) ==
           "-2.5 1e-08 3 18446744073709551615");
     CHECK(detail::concat(std::numeric_limits<double>::infinity()) == "inf");
+    CHECK(detail::concat(-std::numeric_limits<float>::infinity()) == "-inf");
+    CHECK(detail::concat(std::numeric_limits<double>::quiet_NaN()) == "nan");
+    // A plain decimal from 1e-4 up to 1e16, scientific notation outside.
+    CHECK(detail::concat(0.0001, ' ', 100000.0, ' ', 0.0, ' ', -0.0f, ' ', 1e15, ' ', 1e16, ' ', 1e20, ' ', 9.5e-5) ==
+          "0.0001 100000 0 -0 1000000000000000 1e+16 1e+20 9.5e-05");
+    CHECK(detail::concat(std::numeric_limits<double>::max()) == "1.7976931348623157e+308");
+    CHECK(detail::concat(std::numeric_limits<double>::denorm_min()) == "5e-324");
+    CHECK(detail::concat(std::numeric_limits<float>::max()) == "3.4028235e+38");
 }
