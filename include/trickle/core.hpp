@@ -8,5 +8,6 @@
 #include <trickle/core/memory_space.hpp>
 #include <trickle/core/param_group.hpp>
 #include <trickle/core/philox.hpp>
+#include <trickle/core/stream.hpp>
 #include <trickle/core/tensor_view.hpp>
 #include <trickle/error.hpp>

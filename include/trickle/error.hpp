@@ -3,9 +3,11 @@
 
 #include <trickle/config.hpp>
 
+#include <charconv>
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #if TRICKLE_HAS_CUDA
@@ -92,12 +94,39 @@ inline void check_cuda(cudaError_t code, const char* call, const char* file, int
 
 namespace detail {
 
+// The shortest digits that read back as the same value (std::to_chars without a
+// precision), in the value's own type: 0.005 prints as "0.005", 0.1f as "0.1" (not the
+// 17 digits "0.10000000149011612" of the float widened to double). Written as a plain
+// decimal from 1e-4 up to 1e16 ("0.0001", "100000") and in scientific notation outside
+// ("1e-08", "1e+20"), as Python's repr does.
+template <class F>
+    requires std::is_floating_point_v<F>
+std::string shortest(F value) {
+    const F magnitude = value < 0 ? -value : value;
+    const bool plain = magnitude == 0 || (magnitude >= F(1e-4) && magnitude < F(1e16));
+    char buf[64];
+    const auto end =
+        std::to_chars(buf, buf + sizeof buf, value, plain ? std::chars_format::fixed : std::chars_format::scientific).ptr;
+    return std::string(buf, end);
+}
+
+template <class Part>
+void put_part(std::ostringstream& os, Part&& part) {
+    if constexpr (std::is_floating_point_v<std::remove_cvref_t<Part>>)
+        os << shortest(part);
+    else
+        os << std::forward<Part>(part);
+}
+
 // Builds a message from streamable parts: detail::concat("got ", n, " elements").
+// Floating-point parts print in their shortest round-trip form (shortest() above), so a
+// message says "fraction 0.005", not "0.0050000000000000001". Configuration records keep
+// their own 17-digit text (core/config_record.hpp), which checkpoints hash.
 template <class... Parts>
 std::string concat(Parts&&... parts) {
     std::ostringstream os;
     os.precision(17);
-    (os << ... << std::forward<Parts>(parts));
+    (put_part(os, std::forward<Parts>(parts)), ...);
     return os.str();
 }
 

@@ -4,6 +4,7 @@
 #include <trickle/kernels/device_access.hpp>
 #include <trickle/kernels/device_exchange.hpp>
 #include <trickle/kernels/device_stream.hpp>
+#include <trickle/kernels/average.hpp>
 #include <trickle/kernels/diloco.hpp>
 #include <trickle/kernels/flat_view.hpp>
 #include <trickle/kernels/outer_rule.hpp>

@@ -397,6 +397,11 @@ TEST_CASE("diloco: bad options and outer hyperparameters are rejected on every w
            "momentum");
     expect([](replica<float>& m, comm::local& c) { diloco<>(m.group, c, {.weight = c.rank() == 1 ? -1.0f : 1.0f}); },
            "rank 1: diloco: weight must be finite and >= 0");
+    // A float option prints as the float it is, in its shortest form (not -0.10000000149011612).
+    expect([](replica<float>& m, comm::local& c) { diloco<>(m.group, c, {.weight = c.rank() == 1 ? -0.1f : 1.0f}); },
+           "rank 1: diloco: weight must be finite and >= 0, got -0.1");
+    expect([](replica<float>& m, comm::local& c) { diloco<>(m.group, c, {.drop_probability = 1.1}); },
+           "drop_probability must be in [0, 1), got 1.1");
     expect([](replica<float>& m, comm::local& c) { diloco<>(m.group, c, {.weight = 0.0f}); }, "weights sum to zero");
     expect([](replica<float>& m, comm::local& c) { diloco<>(m.group, c, {.prune_fraction = 1.0}); }, "prune_fraction must be in [0, 1)");
     expect([](replica<float>& m, comm::local& c) { diloco<>(m.group, c, {.prune_fraction = -0.5}); }, "prune_fraction");

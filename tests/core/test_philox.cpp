@@ -1,5 +1,6 @@
 // Philox4x32-10: the published known-answer vectors, and agreement with Random123.
 #include <trickle/core/philox.hpp>
+#include <trickle/core/stream.hpp>
 
 #include <doctest/doctest.h>
 
@@ -83,4 +84,22 @@ TEST_CASE("bounded and uniform01: range and rough uniformity") {
     CHECK(uniform01(0xffffffffu) < 1.0f);
     CHECK(uniform01(0) == 0.0f);
     CHECK(uniform01_d(~0ull) < 1.0);
+}
+
+TEST_CASE("stream_id: each purpose's tag sits in the top byte, with the values every run's bits depend on") {
+    using detail::stream_tag;
+    // The tags are part of every selection, drop, topology group and rounding ever drawn
+    // (and so of resumed checkpoints): these values must never change.
+    CHECK(static_cast<std::uint64_t>(stream_tag::uniform) == 1);
+    CHECK(static_cast<std::uint64_t>(stream_tag::permutation) == 2);
+    CHECK(static_cast<std::uint64_t>(stream_tag::block) == 3);
+    CHECK(static_cast<std::uint64_t>(stream_tag::layerwise) == 4);
+    CHECK(static_cast<std::uint64_t>(stream_tag::drop) == 5);
+    CHECK(static_cast<std::uint64_t>(stream_tag::topology) == 6);
+    CHECK(static_cast<std::uint64_t>(stream_tag::codec) == 7);
+    CHECK(static_cast<std::uint64_t>(stream_tag::random_k) == 16);
+    CHECK(static_cast<std::uint64_t>(stream_tag::user) == 64);
+    CHECK(detail::stream_id(stream_tag::drop, 3) == ((5ull << 56) | 3));
+    // The index keeps its low 56 bits only, so it can never reach another purpose's tag.
+    CHECK(detail::stream_id(stream_tag::codec, ~0ull) == ((7ull << 56) ^ 0x00ffffffffffffffull));
 }

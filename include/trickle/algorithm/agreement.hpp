@@ -24,26 +24,32 @@ TRICKLE_NAMESPACE_BEGIN
 namespace detail {
 
 // What differs between rank ra's record (rank 0's by default) and rank rb's, as
-// "field: rank ra has X, rank rb has Y".
+// "field: rank ra has X, rank rb has Y". Values are printed as their records show them
+// (config_record::shown: the shortest form of a number); two different values that would
+// print alike are printed as their full value texts.
 inline std::vector<std::string> record_differences(const config_record& a, const config_record& b, int rb, int ra = 0) {
     std::vector<std::string> out;
     if (a.kind() != b.kind())
         out.push_back(concat("algorithm: rank ", ra, " has '", a.kind(), "', rank ", rb, " has '", b.kind(), "'"));
     const auto& fa = a.fields();
     const auto& fb = b.fields();
-    for (const auto& [name, va] : fa) {
-        const std::string* vb = nullptr;
-        for (const auto& [nb, v] : fb)
-            if (nb == name) vb = &v;
-        if (vb == nullptr)
-            out.push_back(concat(name, ": rank ", ra, " has ", va, ", rank ", rb, " does not set it"));
-        else if (*vb != va)
-            out.push_back(concat(name, ": rank ", ra, " has ", va, ", rank ", rb, " has ", *vb));
+    for (std::size_t i = 0; i < fa.size(); ++i) {
+        const auto& [name, va] = fa[i];
+        std::size_t j = fb.size();
+        for (std::size_t k = 0; k < fb.size(); ++k)
+            if (fb[k].first == name) j = k;
+        if (j == fb.size()) {
+            out.push_back(concat(name, ": rank ", ra, " has ", a.shown(i), ", rank ", rb, " does not set it"));
+        } else if (fb[j].second != va) {
+            const bool alike = a.shown(i) == b.shown(j);
+            out.push_back(concat(name, ": rank ", ra, " has ", alike ? va : a.shown(i), ", rank ", rb, " has ",
+                                 alike ? fb[j].second : b.shown(j)));
+        }
     }
-    for (const auto& [nb, vb] : fb) {
+    for (std::size_t k = 0; k < fb.size(); ++k) {
         bool found = false;
-        for (const auto& [na, va] : fa) found = found || na == nb;
-        if (!found) out.push_back(concat(nb, ": rank ", rb, " has ", vb, ", rank ", ra, " does not set it"));
+        for (const auto& [na, va] : fa) found = found || na == fb[k].first;
+        if (!found) out.push_back(concat(fb[k].first, ": rank ", rb, " has ", b.shown(k), ", rank ", ra, " does not set it"));
     }
     return out;
 }
@@ -55,7 +61,7 @@ namespace detail {
 // Collective: every rank's record, in rank order (two all_gather_bytes calls).
 template <communicator Comm>
 std::vector<config_record> gather_records(Comm& comm, const config_record& mine) {
-    const std::string blob = mine.serialize();
+    const std::string blob = mine.wire();
     const int N = comm.size();
     std::vector<std::uint64_t> lengths(static_cast<std::size_t>(N));
     const std::uint64_t my_len = blob.size();
@@ -68,7 +74,7 @@ std::vector<config_record> gather_records(Comm& comm, const config_record& mine)
     comm.all_gather_bytes(padded.data(), all.data(), width);
     std::vector<config_record> records;
     for (int r = 0; r < N; ++r)
-        records.push_back(config_record::parse(
+        records.push_back(config_record::from_wire(
             std::string(all.data() + r * width, lengths[static_cast<std::size_t>(r)])));
     return records;
 }

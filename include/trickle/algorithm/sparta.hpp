@@ -251,7 +251,7 @@ public:
             }
             config_record sampler_state;
             sam.describe(sampler_state);
-            for (const auto& [k, v] : sampler_state.fields()) rec.add(k, v);
+            rec.add_fields("", sampler_state);
             return rec;
         });
     }

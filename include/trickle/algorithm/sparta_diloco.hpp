@@ -113,8 +113,8 @@ public:
     config_record elastic_record() const {
         config_record rec(kind);
         const config_record a = sparse_.elastic_record(), b = outer_.elastic_record();
-        for (const auto& [k, v] : a.fields()) rec.add("sparta." + k, v);
-        for (const auto& [k, v] : b.fields()) rec.add("diloco." + k, v);
+        rec.add_fields("sparta.", a);
+        rec.add_fields("diloco.", b);
         if (!a.error().empty()) rec.set_error(a.error());
         if (!b.error().empty()) rec.set_error(b.error());
         return rec;

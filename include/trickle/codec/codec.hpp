@@ -31,8 +31,8 @@
 #include <trickle/core/config_record.hpp>
 #include <trickle/core/dtype.hpp>
 #include <trickle/core/philox.hpp>
+#include <trickle/core/random_batch.hpp>
 #include <trickle/kernels/outer_rule.hpp>
-#include <trickle/sampler/random_batch.hpp>
 
 #include <bit>
 #include <concepts>
@@ -72,7 +72,7 @@ namespace codec {
 // stream: word i is half i % 2 (low, then high) of random_u64(seed, stream, i / 2), i.e.
 // lane i % 2 of random_words(seed, stream, i / 2). Every worker that knows (seed, stream)
 // draws the same words, on host and device; fill() computes a run of them with the SIMD
-// Philox lanes of sampler/random_batch.hpp on x86-64 hosts. The caller picks the stream:
+// Philox lanes of core/random_batch.hpp on x86-64 hosts. The caller picks the stream:
 // an algorithm gives each exchange its own, e.g. detail::stream_id(<its tag>, exchange),
 // and i is the value's index in the array it encodes.
 struct philox_words {

@@ -27,12 +27,12 @@
 #include <trickle/codec/codec.hpp>
 #include <trickle/comm/communicator.hpp>
 #include <trickle/config.hpp>
+#include <trickle/core/stream.hpp>
 #include <trickle/error.hpp>
 #include <trickle/exec/buffer.hpp>
 #include <trickle/exec/cuda.hpp>
 #include <trickle/exec/host.hpp>
 #include <trickle/kernels/codec_pass.hpp>
-#include <trickle/sampler/sampler.hpp>
 
 #include <algorithm>
 #include <cstddef>

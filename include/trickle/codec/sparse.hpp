@@ -56,10 +56,11 @@
 #include <trickle/config.hpp>
 #include <trickle/core/config_record.hpp>
 #include <trickle/core/dtype.hpp>
+#include <trickle/core/feistel.hpp>
+#include <trickle/core/fraction.hpp>
 #include <trickle/core/philox.hpp>
+#include <trickle/core/stream.hpp>
 #include <trickle/error.hpp>
-#include <trickle/sampler/feistel.hpp>
-#include <trickle/sampler/sampler.hpp>
 
 #include <algorithm>
 #include <bit>
@@ -145,7 +146,7 @@ template <class Values>
 void describe_values(const Values& v, config_record& rec, const char* who) {
     config_record inner;
     v.describe(inner);
-    for (const auto& [k, val] : inner.fields()) rec.add("sparse_values_" + k, val);
+    rec.add_fields("sparse_values_", inner);
     if (!inner.error().empty()) rec.set_error(trickle::detail::concat("codec::", who, ": value codec: ", inner.error()));
 }
 

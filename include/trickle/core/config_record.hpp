@@ -4,17 +4,41 @@
 // config_record; the algorithm layer's agree() (algorithm/agreement.hpp) compares the
 // records of all workers. The record lives in core so that no policy depends upward on
 // the algorithm layer.
+//
+// Each field has two texts. Its value text, what fields() and serialize() give, is what
+// workers compare and what an algorithm hashes into its checkpoints' configuration hash
+// (detail::fnv1a(serialize())): numbers in it are written as they always were, with 17
+// significant digits, so that checkpoints written by older versions still load. Its shown
+// text, shown(i), is what messages print: a floating-point value in its shortest
+// round-trip form (0.005 rather than 0.0050000000000000001), anything else as its value
+// text.
 #pragma once
 
 #include <trickle/config.hpp>
 #include <trickle/error.hpp>
 
+#include <cstddef>
 #include <sstream>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 TRICKLE_NAMESPACE_BEGIN
+
+namespace detail {
+
+// A value as a configuration record's value text: streamed with 17 significant digits.
+// This text is hashed into checkpoints; never change it.
+template <class V>
+std::string record_text(const V& value) {
+    std::ostringstream os;
+    os.precision(17);
+    os << value;
+    return os.str();
+}
+
+} // namespace detail
 
 // A configuration as ordered (name, value) text fields, plus this rank's own validation
 // error (empty when valid).
@@ -25,10 +49,27 @@ public:
 
     template <class V>
     config_record& add(std::string name, const V& value) {
-        std::ostringstream os;
-        os.precision(17);
-        os << value;
-        fields_.emplace_back(std::move(name), os.str());
+        std::string text = detail::record_text(value);
+        std::string shown;
+        if constexpr (std::is_floating_point_v<V>) shown = detail::shortest(value);
+        return add_text(std::move(name), std::move(text), std::move(shown));
+    }
+
+    // A field whose texts the caller built: `text` is compared and hashed, `shown` is what
+    // messages print (empty: the same as text). For values that combine numbers, e.g. a
+    // schedule's point "step:fraction".
+    config_record& add_text(std::string name, std::string text, std::string shown = {}) {
+        if (shown == text) shown.clear();
+        fields_.emplace_back(std::move(name), std::move(text));
+        shown_.push_back(std::move(shown));
+        return *this;
+    }
+
+    // Every field of `inner`, each name prefixed, with its shown text (a policy that
+    // describes a policy it holds: a warmup's `then` schedule, an lr schedule).
+    config_record& add_fields(const std::string& prefix, const config_record& inner) {
+        for (std::size_t i = 0; i < inner.fields_.size(); ++i)
+            add_text(prefix + inner.fields_[i].first, inner.fields_[i].second, inner.shown_[i]);
         return *this;
     }
 
@@ -39,6 +80,8 @@ public:
     const std::string& kind() const { return kind_; }
     const std::string& error() const { return error_; }
     const std::vector<std::pair<std::string, std::string>>& fields() const { return fields_; }
+    // Field i's value as messages print it (see the top of this file).
+    const std::string& shown(std::size_t i) const { return shown_[i].empty() ? fields_[i].second : shown_[i]; }
 
     // One line per field, then the error: "kind\nname=value\n...\n!error".
     std::string serialize() const {
@@ -60,12 +103,49 @@ public:
             pos = end;
         }
         if (pos != std::string::npos && pos + 1 < s.size()) rec.error_ = s.substr(pos + 2);
+        rec.shown_.assign(rec.fields_.size(), std::string());
+        return rec;
+    }
+
+    // What agree() sends between workers: serialize()'s text, then each shown text that
+    // differs from its value text, so that a worker can print another's values as that
+    // worker would. "<length of serialize()>:<serialize()><index>=<shown>\n...".
+    std::string wire() const {
+        const std::string body = serialize();
+        std::string s = std::to_string(body.size()) + ':' + body;
+        for (std::size_t i = 0; i < shown_.size(); ++i)
+            if (!shown_[i].empty()) s += std::to_string(i) + '=' + shown_[i] + '\n';
+        return s;
+    }
+
+    // Reads wire()'s text. Text that is not in that form (a worker of another version) is
+    // read as serialize()'s, without shown texts.
+    static config_record from_wire(const std::string& s) {
+        const std::size_t colon = s.find(':');
+        std::size_t len = 0;
+        bool ok = colon != std::string::npos && colon > 0 && colon <= 20;
+        for (std::size_t i = 0; ok && i < colon; ++i) {
+            ok = s[i] >= '0' && s[i] <= '9';
+            len = len * 10 + static_cast<std::size_t>(s[i] - '0');
+        }
+        if (!ok || len > s.size() - colon - 1) return parse(s);
+        config_record rec = parse(s.substr(colon + 1, len));
+        std::size_t pos = colon + 1 + len;
+        while (pos < s.size()) {
+            const std::size_t eq = s.find('=', pos), end = s.find('\n', pos);
+            if (eq == std::string::npos || end == std::string::npos || eq > end) break;
+            std::size_t i = 0;
+            for (std::size_t k = pos; k < eq; ++k) i = i * 10 + static_cast<std::size_t>(s[k] - '0');
+            if (i < rec.shown_.size()) rec.shown_[i] = s.substr(eq + 1, end - eq - 1);
+            pos = end + 1;
+        }
         return rec;
     }
 
 private:
     std::string kind_;
     std::vector<std::pair<std::string, std::string>> fields_;
+    std::vector<std::string> shown_; // per field: its shown text, empty when it is the value text
     std::string error_;
 };
 

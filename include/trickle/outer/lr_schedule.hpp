@@ -58,7 +58,7 @@ struct lr_scheduled {
         optimizer.describe(rec);
         config_record inner;
         schedule.describe(inner);
-        for (const auto& [k, v] : inner.fields()) rec.add("outer.lr_" + k, v);
+        rec.add_fields("outer.lr_", inner);
         if (!inner.error().empty()) rec.set_error(detail::concat("outer::", name, " lr schedule: ", inner.error()));
     }
 

@@ -2,7 +2,7 @@
 #pragma once
 
 #include <trickle/config.hpp>
-#include <trickle/sampler/feistel.hpp>
+#include <trickle/core/feistel.hpp>
 #include <trickle/sampler/sampler.hpp>
 
 #include <cstddef>

@@ -2,10 +2,10 @@
 #pragma once
 
 #include <trickle/config.hpp>
+#include <trickle/core/feistel.hpp>
 #include <trickle/core/philox.hpp>
 #include <trickle/core/search.hpp>
 #include <trickle/error.hpp>
-#include <trickle/sampler/feistel.hpp>
 #include <trickle/sampler/sampler.hpp>
 
 #include <cmath>

@@ -2,8 +2,8 @@
 #pragma once
 
 #include <trickle/config.hpp>
+#include <trickle/core/feistel.hpp>
 #include <trickle/error.hpp>
-#include <trickle/sampler/feistel.hpp>
 #include <trickle/sampler/sampler.hpp>
 
 #include <cstddef>

@@ -17,7 +17,9 @@
 
 #include <trickle/core/config_record.hpp>
 #include <trickle/config.hpp>
+#include <trickle/core/fraction.hpp>
 #include <trickle/core/philox.hpp>
+#include <trickle/core/stream.hpp> // stream_tag, stream_id: the samplers' streams (moved to core; still reached from here)
 #include <trickle/kernels/flat_view.hpp>
 
 #include <concepts>
@@ -72,24 +74,6 @@ concept sampler_policy = std::copy_constructible<S> &&
 
 namespace detail {
 
-// Purposes for Philox streams, so no two uses of the shared seed ever draw the same numbers.
-enum class stream_tag : std::uint64_t {
-    uniform = 1,
-    permutation = 2,
-    block = 3,
-    layerwise = 4,
-    drop = 5,
-    topology = 6, // the groups of gossip and islands (topology/groups.hpp)
-    codec = 7,    // stochastic rounding of the codecs (codec::philox_words), per exchange
-    random_k = 16, // codec::random_k's positions, per outer round
-    user = 64,
-};
-
-// A Philox stream id for (purpose, index): the tag in the top byte, the index below.
-TRICKLE_HOST_DEVICE std::uint64_t stream_id(stream_tag tag, std::uint64_t index) {
-    return (static_cast<std::uint64_t>(tag) << 56) ^ (index & 0x00ffffffffffffffull);
-}
-
 // Values a buffer needs for any exchange of sampler s at a fraction up to p of n positions.
 template <class S>
 std::size_t selection_capacity(const S& s, double p, std::size_t n) {
@@ -97,13 +81,6 @@ std::size_t selection_capacity(const S& s, double p, std::size_t n) {
         return s.max_count(p, n);
     else
         return n;
-}
-
-// Rounds p * n to the nearest count, at least 1 and at most n.
-inline std::size_t fraction_count(double p, std::size_t n) {
-    const double c = p * static_cast<double>(n) + 0.5;
-    std::size_t k = c >= static_cast<double>(n) ? n : static_cast<std::size_t>(c);
-    return k == 0 && n != 0 ? 1 : k;
 }
 
 } // namespace detail

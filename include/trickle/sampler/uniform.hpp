@@ -2,8 +2,8 @@
 #pragma once
 
 #include <trickle/config.hpp>
+#include <trickle/core/feistel.hpp>
 #include <trickle/core/philox.hpp>
-#include <trickle/sampler/feistel.hpp>
 #include <trickle/sampler/sampler.hpp>
 
 #include <cstddef>

@@ -137,7 +137,10 @@ struct piecewise {
     void describe(config_record& rec) const {
         rec.add("schedule", name);
         for (std::size_t i = 0; i < points.size(); ++i) {
-            rec.add(detail::concat("point", i), detail::concat(points[i].first, ":", points[i].second));
+            // The value text keeps the 17-digit fraction checkpoints hash; messages show the shortest.
+            rec.add_text(detail::concat("point", i),
+                         detail::concat(points[i].first, ":", detail::record_text(points[i].second)),
+                         detail::concat(points[i].first, ":", points[i].second));
             if (!detail::valid_fraction(points[i].second))
                 rec.set_error(detail::concat("schedule::piecewise: fraction of point ", i, " must be in (0, 1], got ",
                                              points[i].second));
@@ -170,7 +173,7 @@ struct warmup {
         rec.add("schedule", name).add("warmup_steps", steps).add("start_fraction", start_fraction);
         config_record inner;
         then.describe(inner);
-        for (const auto& [k, v] : inner.fields()) rec.add("then_" + k, v);
+        rec.add_fields("then_", inner);
         if (!inner.error().empty()) rec.set_error(inner.error());
         if (!detail::valid_fraction(start_fraction))
             rec.set_error(detail::concat("schedule::warmup: start_fraction must be in (0, 1], got ", start_fraction));

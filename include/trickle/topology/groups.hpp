@@ -17,9 +17,9 @@
 
 #include <trickle/config.hpp>
 #include <trickle/core/philox.hpp>
+#include <trickle/core/stream.hpp>
 #include <trickle/exec/execution_space.hpp>
 #include <trickle/kernels/sparse_exchange.hpp>
-#include <trickle/sampler/sampler.hpp>
 #include <trickle/topology/link.hpp>
 
 #include <cstddef>

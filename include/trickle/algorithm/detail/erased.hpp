@@ -1,6 +1,6 @@
 // trickle/algorithm/detail/erased.hpp: the type-erased interface behind trickle's algorithm objects.
 //
-// sparta<...> and diloco<...> are concrete types that hide the parameter type, memory
+// sparta<...>, diloco<...> and ddp are concrete types that hide the parameter type, memory
 // space and communicator they were built with, so a trainer can hold one as a plain
 // member. The hidden engine is a template; this interface dispatches step() to it per
 // execution space, and turns a space the engine cannot use into a clear runtime error.
@@ -39,6 +39,8 @@ public:
     virtual membership_stats membership() const = 0;
     virtual void save(std::ostream&) const = 0;
     virtual void load(std::istream&, const std::string& source, checkpoint_trailing trailing) = 0;
+    // The engine's kind: "sparta", "diloco", "sparta_diloco" or "ddp" (as its messages name it).
+    virtual const char* kind() const = 0;
 };
 
 template <class Engine>
@@ -85,6 +87,7 @@ public:
     void load(std::istream& is, const std::string& source, checkpoint_trailing trailing) override {
         engine_.load(is, source, trailing);
     }
+    const char* kind() const override { return Engine::kind; }
 
     Engine& engine() { return engine_; }
 
@@ -116,7 +119,8 @@ private:
     Engine engine_;
 };
 
-// The public face shared by sparta, diloco and sparta_diloco: one type-erased engine.
+// The public face shared by sparta, diloco, sparta_diloco and ddp: one type-erased engine
+// (any_algorithm, algorithm/any.hpp, holds any of them).
 // Default-constructed (or moved-from) it holds none, so a trainer can declare the member
 // first and assign the algorithm once its parameters and communicator exist; using an
 // empty one throws invalid_argument.
@@ -145,6 +149,9 @@ public:
               checkpoint_trailing trailing = checkpoint_trailing::refuse) {
         get("load").load(is, source, trailing);
     }
+
+    // The algorithm's kind: "sparta", "diloco", "sparta_diloco" or "ddp".
+    const char* kind() const { return get("kind").kind(); }
 
     // Whether this object holds an algorithm.
     explicit operator bool() const { return impl_ != nullptr; }
