@@ -18,7 +18,7 @@
 #include <trickle/config.hpp>
 #include <trickle/core/philox.hpp>
 #include <trickle/exec/execution_space.hpp>
-#include <trickle/kernels/sparse_exchange.hpp>
+#include <trickle/kernels/exchange/body.hpp>
 #include <trickle/sampler/sampler.hpp>
 #include <trickle/topology/link.hpp>
 
