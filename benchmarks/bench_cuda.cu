@@ -2,8 +2,8 @@
 // baselines (CUB mask, index arrays), B_copy, and the launch timeline of whole SPARTA steps.
 //
 // The same case list as bench_host (cases.hpp). Everything trickle does on the device is
-// reached through the dispatch functions the engines call (kernels/device_exchange.hpp:
-// device_plan, device_move; kernels/device_stream.hpp: device_stream), with the same
+// reached through the dispatch functions the engines call (kernels/exchange/dispatch.hpp:
+// device_plan, device_move; kernels/stream/dispatch.hpp: device_stream), with the same
 // arguments. Every case is timed with CUDA events around a batch of calls sized to about a
 // millisecond (UseManualTime, time per call), so kernels of a few microseconds are not lost
 // in launch and event overheads. Parameter memory is counted in 32-byte sectors. Without a
@@ -748,7 +748,7 @@ void bm_timeline(benchmark::State& state, const timeline_case c, Sampler sampler
     state.counters["host_over_device"] = device > 0 ? host / device : 0.0;
     // Share of timed batches whose last step() returned while the device was still busy.
     state.counters["device_busy_at_return"] = busy * per;
-    // By design (kernels/device_exchange.hpp): the plan pre-pass, one gather, one scatter.
+    // By design (kernels/exchange/dispatch.hpp): the plan pre-pass, one gather, one scatter.
     state.counters["kernels_per_step_design"] = 3;
     // Counted in a captured step (all its kernel nodes, the communicator's included); -1
     // where the step could not be captured.

@@ -4,18 +4,19 @@
 The layers, lowest first (docs/concepts.md, "Layers"):
   core      config.hpp, error.hpp, core.hpp, core/
   exec      exec.hpp, exec/
-  kernels   kernels.hpp, kernels/
+  kernels   kernels.hpp, kernels/ (and the pass families' folders under it)
   comm      comm.hpp, comm/
   policies  sampler, schedule, topology, outer, codec (each folder and its umbrella header)
   algorithm algorithm.hpp, algorithm/
   umbrella  trickle.hpp
   adapter   torch.hpp, torch/ (built on the whole library; nothing in it includes them)
-A header may include its own layer and the layers below it. Inside the policies layer,
-each family (sampler, schedule, topology, outer, codec) includes only itself and the
-layers below: helpers that several families use (the Philox stream tags, the Feistel
-permutation, Philox lanes, fraction counts) live in core/. The one family that another
-builds on is named in FAMILY_USES with its reason. Usage: check_layers.py [include-dir]
-(default: include/ beside this script)
+A header belongs to the layer of its top folder under include/trickle/, however deep it
+sits (kernels/exchange/agent.hpp is in kernels). A header may include its own layer and
+the layers below it. Inside the policies layer, each family (sampler, schedule, topology,
+outer, codec) includes only itself and the layers below: helpers that several families
+use (the Philox stream tags, the Feistel permutation, Philox lanes, fraction counts) live
+in core/. The one family that another builds on is named in FAMILY_USES with its reason.
+Usage: check_layers.py [include-dir]   (default: include/ beside this script)
 """
 import pathlib
 import re

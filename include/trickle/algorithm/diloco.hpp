@@ -13,8 +13,9 @@
 // H, or the trainer's manual outer steps), the exchange route (codec and topology, with
 // its scratch, residual and byte accounting), the replica state (what a checkpoint, a
 // joiner's transfer, the agreed hash and a round's rollback hold), and Streaming DiLoCo's
-// fragments. Each pass is one body (kernels/diloco.hpp) that the step's execution space
-// runs its own way (kernels/pass.hpp). SPARTA + DiLoCo is algorithm/sparta_diloco.hpp.
+// fragments. Each pass is one body (kernels/stream/body.hpp) that the step's execution
+// space runs its own way (stream_pass, kernels/stream/dispatch.hpp). SPARTA + DiLoCo is
+// algorithm/sparta_diloco.hpp.
 #pragma once
 
 #include <trickle/algorithm/agreement.hpp>
@@ -40,10 +41,10 @@
 #include <trickle/exec/buffer.hpp>
 #include <trickle/exec/execution_space.hpp>
 #include <trickle/exec/workspace.hpp>
-#include <trickle/kernels/diloco.hpp>
-#include <trickle/kernels/pass.hpp>
 #include <trickle/kernels/plan.hpp>
-#include <trickle/kernels/prune.hpp>
+#include <trickle/kernels/prune/dispatch.hpp>
+#include <trickle/kernels/stream/body.hpp>
+#include <trickle/kernels/stream/dispatch.hpp>
 #include <trickle/outer/momentum.hpp>
 #include <trickle/outer/outer_optimizer.hpp>
 #include <trickle/sampler/sampler.hpp>

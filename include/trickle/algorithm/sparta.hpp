@@ -9,8 +9,8 @@
 // The engine composes stages (algorithm/stage/): the trigger, the exchange route, the
 // replica state (checkpoint, a joiner's transfer, the agreed hash, a round's rollback)
 // and, for sparta_options::overlap, the overlap stage. The gather and the scatter are
-// written once per execution space: the host's range bodies (kernels/sparse_exchange.hpp)
-// and the device's planned tile movers (kernels/device_exchange.hpp).
+// written once per execution space: the host's range bodies (kernels/exchange/body.hpp)
+// and the device's plan pre-pass and movers (kernels/exchange/dispatch.hpp).
 #pragma once
 
 #include <trickle/algorithm/agreement.hpp>
@@ -36,10 +36,10 @@
 #include <trickle/exec/buffer.hpp>
 #include <trickle/exec/execution_space.hpp>
 #include <trickle/exec/workspace.hpp>
-#include <trickle/kernels/device_exchange.hpp>
-#include <trickle/kernels/diloco.hpp>
+#include <trickle/kernels/exchange/body.hpp>
+#include <trickle/kernels/exchange/dispatch.hpp>
 #include <trickle/kernels/plan.hpp>
-#include <trickle/kernels/sparse_exchange.hpp>
+#include <trickle/kernels/stream/body.hpp>
 #include <trickle/sampler/sampler.hpp>
 #include <trickle/sampler/uniform.hpp>
 #include <trickle/schedule/schedule.hpp>

@@ -31,7 +31,7 @@ struct range_body {
 //   exchange  a sparse exchange's values: 4096, as each call also builds a segment index
 //             and pipelines its own prefetches, and selections are often small.
 // One value per call elsewhere: a generic CUDA grid-stride launch gives adjacent threads
-// adjacent values. (The CUDA dispatch of kernels/device.hpp does not chunk by calls at all.)
+// adjacent values. (The CUDA dispatch of kernels/stream/ and kernels/exchange/ does not chunk by calls.)
 enum class chunk_use { stream, exchange };
 
 template <class Space>

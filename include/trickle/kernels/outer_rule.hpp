@@ -1,6 +1,6 @@
 // trickle/kernels/outer_rule.hpp: the per-element update rule of an outer optimizer, and where its state lives.
 //
-// It lives in the kernels layer because the DiLoCo kernel bodies (kernels/diloco.hpp) apply
+// It lives in the kernels layer because the DiLoCo kernel bodies (kernels/stream/body.hpp) apply
 // rules; the optimizers that prepare them (outer/*.hpp, a policy layer) include it.
 #pragma once
 

@@ -1,6 +1,6 @@
 // trickle/kernels/plan.hpp: what the device path computes once per step or once per group, as plain functions.
 //
-// The CUDA agents (kernels/device_exchange.hpp, kernels/device_stream.hpp) only move bytes.
+// The CUDA agents (kernels/exchange/agent.hpp, kernels/stream/agent.hpp) only move bytes.
 // What they move is decided here, by functions that run on the host too and are tested
 // there (tests/kernels/test_plan.cpp):
 //   tile_plan / plan_tile       a run selection's values cut into tiles of at most L

@@ -8,7 +8,7 @@
 //   sel(k)        flat position of value k (k < count); a position >= the group's size
 //                 means "padding": the value travels (as 0) but is never written back
 // and, optionally, shortcuts that host kernels use to move memory faster (each must agree
-// with sel(k) exactly; see kernels/sparse_exchange.hpp):
+// with sel(k) exactly; see kernels/exchange/body.hpp):
 //   sel.positions(k0, m, out)   out[j] = sel(k0 + j) for j < m, computed in bulk
 //   sel.runs()                  true when run_at pays off for this selection
 //   sel.run_at(k)               a selection_run: the positions of k, k+1, ... that follow

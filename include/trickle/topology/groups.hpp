@@ -19,7 +19,7 @@
 #include <trickle/core/philox.hpp>
 #include <trickle/core/stream.hpp>
 #include <trickle/exec/execution_space.hpp>
-#include <trickle/kernels/sparse_exchange.hpp>
+#include <trickle/kernels/exchange/body.hpp>
 #include <trickle/topology/link.hpp>
 
 #include <cstddef>

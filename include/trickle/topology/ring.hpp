@@ -5,7 +5,7 @@
 #include <trickle/config.hpp>
 #include <trickle/exec/execution_space.hpp>
 #include <trickle/exec/workspace.hpp>
-#include <trickle/kernels/sparse_exchange.hpp>
+#include <trickle/kernels/exchange/body.hpp>
 #include <trickle/topology/link.hpp>
 #include <trickle/topology/topology.hpp>
 

@@ -11,11 +11,11 @@
 #include <trickle/config.hpp>
 #include <trickle/exec/execution_space.hpp>
 #include <trickle/kernels/chunking.hpp>
-#include <trickle/kernels/diloco.hpp>
 #include <trickle/kernels/flat_view.hpp>
+#include <trickle/kernels/stream/body.hpp>
 
 #if TRICKLE_CUDA_COMPILER
-#include <trickle/kernels/device_stream.hpp>
+#include <trickle/kernels/stream/dispatch.hpp>
 #endif
 
 #include <cstddef>

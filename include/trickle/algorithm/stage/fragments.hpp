@@ -29,9 +29,9 @@
 #include <trickle/core/config_record.hpp>
 #include <trickle/core/param_group.hpp>
 #include <trickle/exec/buffer.hpp>
-#include <trickle/kernels/diloco.hpp>
 #include <trickle/kernels/flat_view.hpp>
-#include <trickle/kernels/prune.hpp>
+#include <trickle/kernels/prune/body.hpp>
+#include <trickle/kernels/stream/body.hpp>
 
 #include <algorithm>
 #include <cstddef>

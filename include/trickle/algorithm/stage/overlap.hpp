@@ -15,7 +15,7 @@
 #include <trickle/algorithm/stats.hpp>
 #include <trickle/config.hpp>
 #include <trickle/exec/execution_space.hpp>
-#include <trickle/kernels/sparse_exchange.hpp>
+#include <trickle/kernels/exchange/body.hpp>
 
 #include <algorithm>
 #include <cstddef>

@@ -1,0 +1,170 @@
+// trickle/kernels/exchange/agent.hpp: the CUDA agents of one sparse exchange: the plan pre-pass, the
+// tile movers of run selections, the thread-per-value movers of random ones.
+//
+//   plan_kernel    the step's selection written to device memory (re-keyed there from a
+//                  device-resident step counter by rekey_selection when the sampler allows,
+//                  so that a captured CUDA graph advances by itself), and for run selections
+//                  (block, rotating window) each tile's first run start and segment
+//                  (plan_tile, kernels/plan.hpp);
+//   tile_kernel    run selections: a group of lanes (a warp, or fewer lanes for small
+//                  blocks) per tile, 16-byte vector loads and stores with an alignment peel
+//                  (kernels/device_access.hpp);
+//   random_kernel  random selections (uniform, permutation, per-tensor layerwise): a thread
+//                  per value, several values in flight per thread;
+// both movers gather (Gather) or scatter, rounding to the parameters' type, and the first
+// thread of a scatter advances the device step counter when there is one. They read the
+// selection from device memory and never search or permute per element. What a value is
+// and where it goes are the selections and bodies of kernels/exchange/body.hpp, the host's
+// reference; the launches (tunings, grids, device_plan and device_move) are
+// kernels/exchange/dispatch.hpp.
+#pragma once
+
+#include <trickle/config.hpp>
+#include <trickle/core/dtype.hpp>
+#include <trickle/kernels/device_access.hpp>
+#include <trickle/kernels/exchange/body.hpp>
+#include <trickle/kernels/flat_view.hpp>
+#include <trickle/kernels/plan.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+TRICKLE_NAMESPACE_BEGIN
+
+namespace detail {
+
+// Re-keys a selection for another step on the device (a sampler's static rekey(sel, seed,
+// step)), or leaves it as the host computed it.
+struct keep_selection {
+    template <class Sel>
+    TRICKLE_HOST_DEVICE void operator()(Sel&, std::uint64_t) const {}
+};
+
+template <class Sampler>
+struct rekey_selection {
+    std::uint64_t seed = 0;
+    template <class Sel>
+    TRICKLE_HOST_DEVICE void operator()(Sel& sel, std::uint64_t step) const {
+        Sampler::rekey(sel, seed, step);
+    }
+};
+
+} // namespace detail
+
+#if TRICKLE_CUDA_COMPILER
+
+namespace detail::device {
+
+template <class T, class Sel, class Rekey>
+__global__ void __launch_bounds__(128) plan_kernel(flat_view<T> params, Sel base, Rekey rekey, const std::uint64_t* step,
+                                                    Sel* out, tile_plan* plans, std::size_t count, std::size_t L,
+                                                    std::size_t tiles) {
+    Sel sel = base;
+    if (step != nullptr) rekey(sel, *step);
+    if (blockIdx.x == 0 && threadIdx.x == 0) *out = sel;
+    if constexpr (run_selection<Sel>) {
+        const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
+        for (std::size_t t = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; t < tiles; t += stride)
+            plans[t] = plan_tile(params, sel, count, L, t);
+    }
+}
+
+// Moves values [k, k + len) of a run starting at flat position pos in segment seg.
+template <bool Gather, class T>
+__device__ __forceinline__ void move_run(const flat_view<T>& params, std::uint32_t seg, std::size_t pos, std::size_t k,
+                                         std::size_t len, float* buf, float scale, unsigned lane, unsigned lanes) {
+    if (seg == no_segment) { // padding: travels as zeros, never written back
+        if constexpr (Gather)
+            for (std::size_t j = lane; j < len; j += lanes) buf[k + j] = 0.0f;
+        return;
+    }
+    for_each_piece_from(params.segments + seg, pos, pos + len, [&](T* p, std::size_t i, std::size_t m) {
+        float* w = buf + k + (i - pos);
+        if constexpr (Gather)
+            gather_piece(p, w, m, lane, lanes);
+        else
+            scatter_piece<T, true>(p, w, scale, m, lane, lanes);
+    });
+}
+
+// At most 256 threads and at least 4 blocks per multiprocessor: a budget of 64 registers.
+// With __launch_bounds__(256) alone, ptxas kept the bf16 agents at 48 registers and spilled
+// 8-16 bytes to local memory; they need 50-56 (scripts/check_sass.py prints the counts).
+template <bool Gather, class T, class Sel>
+__global__ void __launch_bounds__(256, 4) tile_kernel(flat_view<T> params, const Sel* sel, const tile_plan* plans, float* buf,
+                                                    float scale, std::size_t count, std::size_t L, std::size_t tiles,
+                                                    unsigned lane_shift, std::uint64_t* advance) {
+    const unsigned lanes = 1u << lane_shift;
+    const unsigned lane = threadIdx.x & (lanes - 1);
+    const std::size_t groups = (static_cast<std::size_t>(gridDim.x) * blockDim.x) >> lane_shift;
+    const std::size_t first = (static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> lane_shift;
+    for (std::size_t t = first; t < tiles; t += groups) {
+        const tile_plan pl = plans[t];
+        const std::size_t k0 = t * L;
+        const std::size_t k1 = count - k0 < L ? count : k0 + L;
+        move_run<Gather>(params, pl.seg, pl.pos, k0, pl.len, buf, scale, lane, lanes);
+        // The rest of a tile that outlives its first run (rare: a wrapping window, a long block).
+        for (std::size_t k = k0 + pl.len; k < k1;) {
+            const auto r = sel->run_at(k);
+            const std::size_t len = r.len < k1 - k ? r.len : k1 - k;
+            const std::size_t pos = r.pos;
+            const std::uint32_t seg = pos < params.total ? params.segment_of(pos) : no_segment;
+            move_run<Gather>(params, seg, pos, k, len, buf, scale, lane, lanes);
+            k += len;
+        }
+    }
+    if (advance != nullptr && blockIdx.x == 0 && threadIdx.x == 0) *advance += 1;
+}
+
+// Random positions: a thread per value, Items values in flight per thread.
+template <bool Gather, class T, class Sel, class Index, int Items>
+__global__ void __launch_bounds__(256) random_kernel(flat_view<T> params, const Sel* selp, float* buf, float scale,
+                                                      Index count, std::uint64_t* advance) {
+    const Sel sel = *selp;
+    const Index stride = static_cast<Index>(gridDim.x) * blockDim.x * Items;
+    for (Index base = static_cast<Index>(blockIdx.x) * blockDim.x * Items + threadIdx.x; base < count; base += stride) {
+        T* at[Items];
+#pragma unroll
+        for (int q = 0; q < Items; ++q) {
+            const Index k = base + static_cast<Index>(q) * blockDim.x;
+            at[q] = nullptr;
+            if (k < count) {
+                const std::size_t pos = sel(k);
+                if (pos < params.total) {
+                    const segment<T>* s = params.segment_holding(pos);
+                    at[q] = s->data + (pos - s->offset);
+                }
+            }
+        }
+        if constexpr (Gather) {
+            float v[Items];
+#pragma unroll
+            for (int q = 0; q < Items; ++q) v[q] = at[q] != nullptr ? load_nc(at[q]) : 0.0f;
+#pragma unroll
+            for (int q = 0; q < Items; ++q) {
+                const Index k = base + static_cast<Index>(q) * blockDim.x;
+                if (k < count) buf[k] = v[q];
+            }
+        } else {
+#pragma unroll
+            for (int q = 0; q < Items; ++q) {
+                const Index k = base + static_cast<Index>(q) * blockDim.x;
+                if (at[q] != nullptr) *at[q] = from_float<T>(__ldg(buf + k) * scale);
+            }
+        }
+    }
+    if (advance != nullptr && blockIdx.x == 0 && threadIdx.x == 0) *advance += 1;
+}
+
+// Advances a device step counter by one (a step that skips its exchange).
+template <int = 0>
+__global__ void increment_kernel(std::uint64_t* counter) {
+    *counter += 1;
+}
+
+} // namespace detail::device
+
+#endif // TRICKLE_CUDA_COMPILER
+
+TRICKLE_NAMESPACE_END
