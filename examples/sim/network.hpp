@@ -40,7 +40,9 @@ inline int exchange_rounds(topology_kind t, int workers, int island_size) {
     case topology_kind::exponential: return 1;
     case topology_kind::islands: return 2 * (std::min(island_size, workers) - 1);
     }
-    return 0;
+    // A topology added to the registry: the model has no count of its rounds to guess from.
+    throw usage_error("--network: the network model has no message-round count for --topology " +
+                      std::string(name_of(t)) + " (examples/sim/network.hpp, exchange_rounds)");
 }
 
 // Seconds one worker's link is busy for `ops` operations of `rounds` rounds each that sent
