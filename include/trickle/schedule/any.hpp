@@ -1,6 +1,6 @@
-// trickle/schedule/any.hpp: a schedule chosen at run time among the built-in ones.
+// trickle/schedule/any.hpp: a schedule chosen at run time among the registered ones (schedule/registry.hpp).
 //
-// sparta<Sampler, schedule::any, Topology> is one instantiation that serves every built-in
+// sparta<Sampler, schedule::any, Topology> is one instantiation that serves every registered
 // schedule, so a binding (Python, a command line) can pick one by name without compiling
 // every combination of templates. It costs one std::variant visit per call of fraction()
 // (once per exchange), never one per value. describe() emits exactly the fields of the

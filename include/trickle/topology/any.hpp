@@ -1,7 +1,7 @@
-// trickle/topology/any.hpp: a topology chosen at run time among the built-in ones.
+// trickle/topology/any.hpp: a topology chosen at run time among the registered ones (topology/registry.hpp).
 //
 // sparta<Sampler, Schedule, topology::any> (and diloco<Outer, topology::any>) is one
-// instantiation that serves every built-in topology, so a binding (Python, a command line)
+// instantiation that serves every registered topology, so a binding (Python, a command line)
 // can pick one by name without compiling every combination of templates. It costs one
 // std::variant visit per exchange, never one per value. reduce() is the held topology's,
 // bit for bit and byte for byte; describe() emits exactly the held topology's fields, so a
