@@ -131,11 +131,12 @@ inline void check_model_size(const sim_config& cfg, const dataset& data) {
 }
 
 // Runs a parsed configuration: the header, one training run per strategy, the table.
-// Every usage_error (the --csv path, the data, the block size, the CSV's header) comes
+// Every usage_error (the --csv path, the network model, the data, the block size, the CSV's header) comes
 // before the first training step.
 inline int run_simulation(const sim_config& cfg, std::ostream& out) {
     single_threaded_blas();
     check_csv_path(cfg);
+    check_network_model(cfg);
     const dataset data = prepare_data(cfg);
     check_model_size(cfg, data);
     std::optional<csv_writer> csv;

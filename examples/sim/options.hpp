@@ -53,7 +53,7 @@ enum class topology_kind { all_reduce, ring, gossip, exponential, islands };
 enum class outer_kind { sgd, momentum, nesterov, adam, average };
 enum class codec_kind { fp32, bf16, fp16, fp8_e4m3, fp8_e5m2, fp8_block, int8, int4, sign2 };
 
-// The registry a kind numbers, and the family's word in messages.
+// The registry a kind numbers.
 template <class Kind>
 struct registry_of;
 template <>

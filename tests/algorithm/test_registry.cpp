@@ -157,13 +157,13 @@ TEST_CASE("registry: names are lowercase identifiers, one per policy, none with 
 
 TEST_CASE("registry: an unknown name is an invalid_argument that lists the registered names") {
     // (The lists come from the registries, so that adding a policy needs no change here.)
-    CHECK(error_of([] { (void)codec::any::from_name("int3"); }) ==
-          "unknown codec 'int3' (valid: " + joined_names<codec::registry>() + ")");
+    CHECK(error_of([] { (void)codec::any::from_name("no_such_codec"); }) ==
+          "unknown codec 'no_such_codec' (valid: " + joined_names<codec::registry>() + ")");
     CHECK(joined_names<codec::registry>().find("fp32, bf16, fp16, fp8_e4m3, fp8_e5m2, fp8_block, int8, int4, sign2") == 0);
-    CHECK(error_of([] { (void)topology::any::from_name("tree"); }) ==
-          "unknown topology 'tree' (valid: " + joined_names<topology::registry>() + ")");
-    CHECK(error_of([] { (void)schedule::any::from_name("exp"); }) ==
-          "unknown schedule 'exp' (valid: " + joined_names<schedule::registry>() + ")");
+    CHECK(error_of([] { (void)topology::any::from_name("no_such_topology"); }) ==
+          "unknown topology 'no_such_topology' (valid: " + joined_names<topology::registry>() + ")");
+    CHECK(error_of([] { (void)schedule::any::from_name("no_such_schedule"); }) ==
+          "unknown schedule 'no_such_schedule' (valid: " + joined_names<schedule::registry>() + ")");
     // One spelling: the library takes the registry's names exactly (trickle-sim alone still
     // accepts its older '-' spelling, as a deprecated alias).
     CHECK(error_of([] { (void)codec::any::from_name("fp8-e4m3"); }).find("unknown codec 'fp8-e4m3'") == 0);
@@ -171,10 +171,10 @@ TEST_CASE("registry: an unknown name is an invalid_argument that lists the regis
     CHECK(error_of([] { (void)codec::any::from_name("FP32"); }) != "");
     // warmup wraps a schedule; it is built as warmup<S>{...}, not by name.
     CHECK(error_of([] { (void)schedule::any::from_name("warmup"); }).find("unknown schedule 'warmup'") == 0);
-    CHECK(error_of([] { visit_name<sampler::registry>("random", "sampler", [](auto) {}); }) ==
-          "unknown sampler 'random' (valid: " + joined_names<sampler::registry>() + ")");
-    CHECK(error_of([] { visit_name<outer::registry>("lion", "outer optimizer", [](auto) {}); }) ==
-          "unknown outer optimizer 'lion' (valid: " + joined_names<outer::registry>() + ")");
+    CHECK(error_of([] { visit_name<sampler::registry>("no_such_sampler", "sampler", [](auto) {}); }) ==
+          "unknown sampler 'no_such_sampler' (valid: " + joined_names<sampler::registry>() + ")");
+    CHECK(error_of([] { visit_name<outer::registry>("no_such_optimizer", "outer optimizer", [](auto) {}); }) ==
+          "unknown outer optimizer 'no_such_optimizer' (valid: " + joined_names<outer::registry>() + ")");
 }
 
 TEST_CASE("registry: SPARTA built from a codec, schedule and topology name alone averages over comm::local") {
@@ -202,17 +202,36 @@ TEST_CASE("registry: SPARTA built from a codec, schedule and topology name alone
                 CHECK(stats[r].exchanges == 3);
                 CHECK(stats[r].total.bytes_sent > 0);
             }
-            // Every value is averaged at every step, so the workers draw together: their
-            // total spread falls well below the initial one, and to exactly 0 for an
-            // all-reduce of fp32 values.
-            double before = 0, after = 0;
-            for (std::size_t i = 0; i < n; ++i)
-                for (int r = 1; r < N; ++r) {
-                    before += std::fabs(std::sin(0.3 * static_cast<double>(i) + r) - std::sin(0.3 * static_cast<double>(i)));
-                    after += std::fabs(params[r][i] - params[0][i]);
+            // Every value is averaged at every step, within whatever groups the topology
+            // forms. With values that travel exactly (fp32) the workers draw together: their
+            // spread about the mean of all of them (the sum of squared deviations) falls and
+            // the mean is kept; an all-reduce leaves no spread at all. A lossy codec adds its
+            // rounding to that (how much is each codec's own test): the values written back
+            // are finite and differ from the initial ones.
+            double before = 0, after = 0, mean_moved = 0;
+            bool finite = true, changed = false;
+            for (std::size_t i = 0; i < n; ++i) {
+                double m0 = 0, m1 = 0;
+                for (int r = 0; r < N; ++r) {
+                    m0 += std::sin(0.3 * static_cast<double>(i) + r) / N;
+                    m1 += static_cast<double>(params[r][i]) / N;
+                    finite = finite && std::isfinite(params[r][i]);
+                    changed = changed || params[r][i] != static_cast<float>(std::sin(0.3 * static_cast<double>(i) + r));
                 }
-            CHECK(after < 0.5 * before);
-            if (top == "all_reduce" && cod == "fp32") CHECK(after == 0.0);
+                for (int r = 0; r < N; ++r) {
+                    const double d0 = std::sin(0.3 * static_cast<double>(i) + r) - m0, d1 = params[r][i] - m1;
+                    before += d0 * d0;
+                    after += d1 * d1;
+                }
+                mean_moved = std::max(mean_moved, std::fabs(m1 - m0));
+            }
+            CHECK(finite);
+            CHECK(changed);
+            if (cod == "fp32") {
+                CHECK(after < 0.75 * before);
+                CHECK(mean_moved < 1e-5);
+            }
+            if (top == "all_reduce" && cod == "fp32") CHECK(after < 1e-20);
         }
     }
 }
