@@ -31,8 +31,8 @@ if [ "${1:-}" != "--plot-only" ]; then
     point sparta0.0001-fp32   --strategy sparta --fraction 0.0001
     point diloco-fp32         --strategy diloco --outer-interval 100
     point diloco-int8         --strategy diloco --outer-interval 100 --outer-codec int8
-    point diloco-fp8          --strategy diloco --outer-interval 100 --outer-codec fp8-e4m3
-    point diloco-fp8block     --strategy diloco --outer-interval 100 --outer-codec fp8-block
+    point diloco-fp8          --strategy diloco --outer-interval 100 --outer-codec fp8_e4m3
+    point diloco-fp8block     --strategy diloco --outer-interval 100 --outer-codec fp8_block
     point diloco-int4         --strategy diloco --outer-interval 100 --outer-codec int4
     point diloco-sign2        --strategy diloco --outer-interval 100 --outer-codec sign2
     point diloco-sign2-ef     --strategy diloco --outer-interval 100 --outer-codec sign2 --error-feedback 1
@@ -41,7 +41,7 @@ if [ "${1:-}" != "--plot-only" ]; then
     point sparta-diloco-int8  --strategy sparta-diloco --fraction 0.005 --outer-interval 100 --codec bf16 --outer-codec int8
     point diloco-top4of64-sign2     --strategy diloco --outer-interval 100 --outer-topk 64:4 --outer-codec sign2 --codec-block 4
     point diloco-top4of64-sign2-ef  --strategy diloco --outer-interval 100 --outer-topk 64:4 --outer-codec sign2 --codec-block 4 --error-feedback 1
-    point diloco-top1of64-fp8-ef    --strategy diloco --outer-interval 100 --outer-topk 64:1 --outer-codec fp8-e4m3 --error-feedback 1
+    point diloco-top1of64-fp8-ef    --strategy diloco --outer-interval 100 --outer-topk 64:1 --outer-codec fp8_e4m3 --error-feedback 1
     point diloco200-int4            --strategy diloco --outer-interval 200 --outer-codec int4
     point diloco200-int4-ef         --strategy diloco --outer-interval 200 --outer-codec int4 --error-feedback 1
     point diloco-top4of64-sign2-ef0.5 --strategy diloco --outer-interval 100 --outer-topk 64:4 --outer-codec sign2 --codec-block 4 --error-feedback 0.5

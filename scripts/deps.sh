@@ -20,6 +20,7 @@ libtorch-dev /usr/include/torch/csrc/api/include/torch/torch.h
 libgloo-dev /usr/include/gloo/rendezvous/store.h
 python3-torch /usr/lib/python3/dist-packages/torch/__init__.py
 python3-dev /usr/include/python3.11/Python.h
+pybind11-dev /usr/include/pybind11/pybind11.h
 python3-venv /usr/lib/python3.11/ensurepip/__init__.py
 python3-pip /usr/lib/python3/dist-packages/pip/__init__.py
 python3-wheel /usr/lib/python3/dist-packages/wheel/__init__.py

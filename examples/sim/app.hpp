@@ -62,11 +62,10 @@ inline void print_header(std::ostream& out, const sim_config& cfg, const dataset
     }
     if (diloco) {
         out << "diloco: outer step every " << cfg.outer_interval << " steps, outer " << name_of(cfg.outer);
-        if (cfg.outer != outer_kind::average) out << " lr " << cfg.outer_lr;
+        if (kind_has<outer_kind, lr_field>(cfg.outer)) out << " lr " << cfg.outer_lr;
         if (cfg.outer_lr_schedule != schedule_kind::constant)
             out << " -> " << cfg.outer_lr * cfg.outer_lr_end << " (" << name_of(cfg.outer_lr_schedule) << ")";
-        if (cfg.outer == outer_kind::nesterov || cfg.outer == outer_kind::momentum)
-            out << " momentum " << cfg.outer_momentum;
+        if (kind_has<outer_kind, momentum_field>(cfg.outer)) out << " momentum " << cfg.outer_momentum;
         out << ", drop probability " << cfg.drop_prob << ", prune " << cfg.prune << ", topology "
             << topology_label(cfg);
         if (cfg.topk_k > 0) out << ", top " << cfg.topk_k << " of every " << cfg.topk_chunk;
@@ -124,7 +123,7 @@ inline void check_csv_path(const sim_config& cfg) {
 inline void check_model_size(const sim_config& cfg, const dataset& data) {
     bool sparta = false;
     for (auto s : cfg.strategies) sparta = sparta || uses_sparta(s);
-    if (!sparta || cfg.sampler != sampler_kind::block) return;
+    if (!sparta || !kind_has<sampler_kind, block_size_field>(cfg.sampler)) return;
     const std::size_t parameters = parameter_count(cfg.model, data.vocab());
     if (static_cast<std::size_t>(cfg.block_size) > parameters)
         throw usage_error("--block-size: " + std::to_string(cfg.block_size) + " is larger than the model's " +
@@ -132,11 +131,12 @@ inline void check_model_size(const sim_config& cfg, const dataset& data) {
 }
 
 // Runs a parsed configuration: the header, one training run per strategy, the table.
-// Every usage_error (the --csv path, the data, the block size, the CSV's header) comes
+// Every usage_error (the --csv path, the network model, the data, the block size, the CSV's header) comes
 // before the first training step.
 inline int run_simulation(const sim_config& cfg, std::ostream& out) {
     single_threaded_blas();
     check_csv_path(cfg);
+    check_network_model(cfg);
     const dataset data = prepare_data(cfg);
     check_model_size(cfg, data);
     std::optional<csv_writer> csv;

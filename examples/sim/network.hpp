@@ -30,7 +30,9 @@ namespace trickle_sim {
 // Sequential message rounds of one exchange among `workers` workers: the ring algorithm's
 // all-reduce takes 2(N - 1) (a reduce-scatter and an all-gather), the ring topology 2 (one
 // message to each neighbour), gossip and exponential 1 (one peer), islands of g an
-// all-reduce within the island, 2(g - 1). One worker sends nothing: 0.
+// all-reduce within the island, 2(g - 1). One worker sends nothing: 0. -1 for a topology
+// added to the registry that the model has no count for (check_network_model refuses
+// --network with it).
 inline int exchange_rounds(topology_kind t, int workers, int island_size) {
     if (workers <= 1) return 0;
     switch (t) {
@@ -40,7 +42,14 @@ inline int exchange_rounds(topology_kind t, int workers, int island_size) {
     case topology_kind::exponential: return 1;
     case topology_kind::islands: return 2 * (std::min(island_size, workers) - 1);
     }
-    return 0;
+    return -1;
+}
+
+// What parse_cli leaves to the network model: a count of rounds for the chosen topology.
+inline void check_network_model(const sim_config& c) {
+    if (!c.networks.empty() && exchange_rounds(c.topology, std::max(c.workers, 2), c.island_size) < 0)
+        throw usage_error("--network: the network model has no message-round count for --topology " +
+                          std::string(name_of(c.topology)) + " (examples/sim/network.hpp, exchange_rounds)");
 }
 
 // Seconds one worker's link is busy for `ops` operations of `rounds` rounds each that sent

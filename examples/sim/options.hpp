@@ -17,8 +17,16 @@
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <type_traits>
 #include <utility>
 #include <vector>
+
+#include <trickle/codec/registry.hpp>
+#include <trickle/core/type_list.hpp>
+#include <trickle/outer/registry.hpp>
+#include <trickle/sampler/registry.hpp>
+#include <trickle/schedule/registry.hpp>
+#include <trickle/topology/registry.hpp>
 
 #include "plan.hpp"
 
@@ -32,22 +40,124 @@ public:
 
 enum class strategy_kind { ddp, none, sparta, diloco, sparta_diloco, streaming_diloco };
 enum class shard_mode { iid, non_iid };
+enum class model_kind { mlp, gpt };
+enum class round_policy_kind { deadline, wait };
+
+// The policies: a kind is the position of the policy in its family's registry
+// (include/trickle/<family>/registry.hpp), and its name is the policy's own. The
+// enumerators name the built-in policies for the code that treats one of them specially; a
+// policy added to a registry is a kind (and a value of its option) without one.
 enum class sampler_kind { uniform, permutation, block, layerwise };
 enum class schedule_kind { constant, linear, cosine };
 enum class topology_kind { all_reduce, ring, gossip, exponential, islands };
-enum class outer_kind { nesterov, sgd, momentum, adam, average };
+enum class outer_kind { sgd, momentum, nesterov, adam, average };
 enum class codec_kind { fp32, bf16, fp16, fp8_e4m3, fp8_e5m2, fp8_block, int8, int4, sign2 };
-enum class model_kind { mlp, gpt };
-enum class round_policy_kind { deadline, wait };
+
+// The registry a kind numbers.
+template <class Kind>
+struct registry_of;
+template <>
+struct registry_of<sampler_kind> {
+    using type = trickle::sampler::registry;
+};
+template <>
+struct registry_of<schedule_kind> {
+    using type = trickle::schedule::registry;
+};
+template <>
+struct registry_of<topology_kind> {
+    using type = trickle::topology::registry;
+};
+template <>
+struct registry_of<outer_kind> {
+    using type = trickle::outer::registry;
+};
+template <>
+struct registry_of<codec_kind> {
+    using type = trickle::codec::registry;
+};
+template <class Kind>
+using registry_t = typename registry_of<Kind>::type;
+
+namespace detail {
+// Whether each enumerator is the position of the policy of its name in the registry.
+template <class Kind, std::size_t N>
+constexpr bool numbered_as_registry(const std::pair<Kind, std::string_view> (&named)[N]) {
+    for (const auto& [kind, name] : named)
+        if (trickle::index_of_name<registry_t<Kind>>(name) != static_cast<std::size_t>(kind)) return false;
+    return true;
+}
+} // namespace detail
+
+static_assert(detail::numbered_as_registry<sampler_kind>({{sampler_kind::uniform, "uniform"},
+                                                          {sampler_kind::permutation, "permutation"},
+                                                          {sampler_kind::block, "block"},
+                                                          {sampler_kind::layerwise, "layerwise"}}));
+static_assert(detail::numbered_as_registry<schedule_kind>(
+    {{schedule_kind::constant, "constant"}, {schedule_kind::linear, "linear"}, {schedule_kind::cosine, "cosine"}}));
+static_assert(detail::numbered_as_registry<topology_kind>({{topology_kind::all_reduce, "all_reduce"},
+                                                           {topology_kind::ring, "ring"},
+                                                           {topology_kind::gossip, "gossip"},
+                                                           {topology_kind::exponential, "exponential"},
+                                                           {topology_kind::islands, "islands"}}));
+static_assert(detail::numbered_as_registry<outer_kind>({{outer_kind::sgd, "sgd"},
+                                                        {outer_kind::momentum, "momentum"},
+                                                        {outer_kind::nesterov, "nesterov"},
+                                                        {outer_kind::adam, "adam"},
+                                                        {outer_kind::average, "average"}}));
+static_assert(detail::numbered_as_registry<codec_kind>(
+    {{codec_kind::fp32, "fp32"}, {codec_kind::bf16, "bf16"}, {codec_kind::fp16, "fp16"},
+     {codec_kind::fp8_e4m3, "fp8_e4m3"}, {codec_kind::fp8_e5m2, "fp8_e5m2"}, {codec_kind::fp8_block, "fp8_block"},
+     {codec_kind::int8, "int8"}, {codec_kind::int4, "int4"}, {codec_kind::sign2, "sign2"}}));
+
+// Every kind of a family, in the registry's order.
+template <class Kind>
+std::vector<Kind> all_kinds() {
+    std::vector<Kind> out;
+    for (std::size_t i = 0; i < registry_t<Kind>::size; ++i) out.push_back(static_cast<Kind>(i));
+    return out;
+}
+
+// Calls f(std::type_identity<P>{}) for the policy P of kind k and returns its result.
+template <class Kind, class F>
+decltype(auto) visit_kind(Kind k, F&& f) {
+    return trickle::visit_index<registry_t<Kind>>(static_cast<std::size_t>(k), std::forward<F>(f));
+}
+
+// What the command line sets on a policy, found by its fields: a codec's block_size
+// (--codec-block), a sampler's block_size (--block-size), a topology's group size
+// (--island-size), a schedule's end and length (--fraction-end, --outer-lr-end), an outer
+// optimizer's lr and momentum (--outer-lr, --outer-momentum). A policy added to a registry
+// takes the options its fields name, and no others.
+template <class P>
+struct block_size_field : std::bool_constant<requires(P p) { p.block_size = std::size_t{1}; }> {};
+template <class P>
+struct group_size_field : std::bool_constant<requires(P p) { p.size = 1; }> {};
+template <class P>
+struct decay_fields : std::bool_constant<requires(P p) {
+    p.end_fraction = 0.5;
+    p.steps = std::uint64_t{1};
+}> {};
+template <class P>
+struct lr_field : std::bool_constant<requires(P p) { p.lr = 0.5; }> {};
+template <class P>
+struct momentum_field : std::bool_constant<requires(P p) { p.momentum = 0.5; }> {};
+
+// The schedules trickle-sim builds from its options: those with no parameters and those
+// that decay to --fraction-end (or --outer-lr-end) over the run. piecewise, whose points no
+// option gives, is the library's and Python's only.
+template <class S>
+struct cli_schedule : std::bool_constant<std::is_empty_v<S> || decay_fields<S>::value> {};
+
+// Whether the policy of kind k has what Has looks for.
+template <class Kind, template <class> class Has>
+bool kind_has(Kind k) {
+    return visit_kind(k, [](auto t) { return Has<typename decltype(t)::type>::value; });
+}
 
 inline constexpr std::string_view strategy_names[] = {"ddp", "none", "sparta", "diloco", "sparta-diloco",
                                                        "streaming-diloco"};
 inline constexpr std::string_view shard_names[] = {"iid", "non-iid"};
-inline constexpr std::string_view sampler_names[] = {"uniform", "permutation", "block", "layerwise"};
-inline constexpr std::string_view schedule_names[] = {"constant", "linear", "cosine"};
-inline constexpr std::string_view topology_names[] = {"all-reduce", "ring", "gossip", "exponential", "islands"};
-inline constexpr std::string_view outer_names[] = {"nesterov", "sgd", "momentum", "adam", "average"};
-inline constexpr std::string_view codec_names[] = {"fp32", "bf16", "fp16", "fp8-e4m3", "fp8-e5m2", "fp8-block", "int8", "int4", "sign2"};
 inline constexpr std::string_view model_names[] = {"mlp", "gpt"};
 inline constexpr std::string_view round_policy_names[] = {"deadline", "wait"};
 
@@ -57,20 +167,87 @@ std::string_view name_of(E e, const std::string_view (&names)[N]) {
 }
 inline std::string_view name_of(strategy_kind s) { return name_of(s, strategy_names); }
 inline std::string_view name_of(shard_mode s) { return name_of(s, shard_names); }
-inline std::string_view name_of(sampler_kind s) { return name_of(s, sampler_names); }
-inline std::string_view name_of(schedule_kind s) { return name_of(s, schedule_names); }
-inline std::string_view name_of(topology_kind s) { return name_of(s, topology_names); }
-inline std::string_view name_of(codec_kind s) { return name_of(s, codec_names); }
-inline std::string_view name_of(outer_kind s) { return name_of(s, outer_names); }
 inline std::string_view name_of(model_kind s) { return name_of(s, model_names); }
 inline std::string_view name_of(round_policy_kind s) { return name_of(s, round_policy_names); }
+
+// A policy's name: its registry's (trickle::names_of).
+template <class Kind>
+std::string_view policy_name(Kind k) {
+    const auto& names = trickle::names_of<registry_t<Kind>>();
+    const auto i = static_cast<std::size_t>(k);
+    return i < names.size() ? names[i] : std::string_view("(unregistered)");
+}
+inline std::string_view name_of(sampler_kind s) { return policy_name(s); }
+inline std::string_view name_of(schedule_kind s) { return policy_name(s); }
+inline std::string_view name_of(topology_kind s) { return policy_name(s); }
+inline std::string_view name_of(codec_kind s) { return policy_name(s); }
+inline std::string_view name_of(outer_kind s) { return policy_name(s); }
+
+// The spelling trickle-sim had before the registry: '-' for '_' (all-reduce, fp8-e4m3). It
+// is still accepted, as a deprecated alias of the registry's name; --help shows the
+// registry's names. The messages that list names keep this spelling, which scripts and
+// tests match (tests/sim/test_cli.cpp).
+inline std::string dashed(std::string_view name) {
+    std::string s(name);
+    for (char& ch : s)
+        if (ch == '_') ch = '-';
+    return s;
+}
+
+// The values an option offers: the default first, then every other kind of the family that
+// `offered` accepts, in the registry's order.
+template <class Kind>
+std::vector<Kind> choices(Kind default_kind, bool (*offered)(Kind) = nullptr) {
+    std::vector<Kind> out{default_kind};
+    for (Kind k : all_kinds<Kind>())
+        if (k != default_kind && (offered == nullptr || offered(k))) out.push_back(k);
+    return out;
+}
+
+// The schedules --fraction-schedule and --outer-lr-schedule offer (cli_schedule), and the
+// shapes of the trainer's own --lr-schedule (model.hpp, learning_rate).
+inline bool cli_offers_schedule(schedule_kind k) { return kind_has<schedule_kind, cli_schedule>(k); }
+inline std::vector<schedule_kind> schedule_choices() { return choices(schedule_kind::constant, &cli_offers_schedule); }
+inline std::vector<schedule_kind> lr_schedule_choices() {
+    return {schedule_kind::constant, schedule_kind::linear, schedule_kind::cosine};
+}
+inline std::vector<sampler_kind> sampler_choices() { return choices(sampler_kind::uniform); }
+inline std::vector<topology_kind> topology_choices() { return choices(topology_kind::all_reduce); }
+inline std::vector<outer_kind> outer_choices() { return choices(outer_kind::nesterov); }
+inline std::vector<codec_kind> codec_choices() { return choices(codec_kind::fp32); }
+
+// "a|b|c" of the kinds' names (registry spelling), or "a, b and c" / "a or b" in prose.
+template <class Kind>
+std::string joined(const std::vector<Kind>& kinds, std::string_view separator, std::string_view last_separator,
+                   std::string (*spell)(std::string_view) = nullptr) {
+    std::string out;
+    for (std::size_t i = 0; i < kinds.size(); ++i) {
+        if (i) out += i + 1 == kinds.size() ? last_separator : separator;
+        out += spell ? spell(name_of(kinds[i])) : std::string(name_of(kinds[i]));
+    }
+    return out;
+}
+template <class Kind>
+std::string joined(const std::vector<Kind>& kinds, std::string_view separator = "|") {
+    return joined(kinds, separator, separator);
+}
+
+// The kinds among `kinds` whose policy has the fields Has looks for.
+template <template <class> class Has, class Kind>
+std::vector<Kind> kinds_with(const std::vector<Kind>& kinds) {
+    std::vector<Kind> out;
+    for (Kind k : kinds)
+        if (kind_has<Kind, Has>(k)) out.push_back(k);
+    return out;
+}
 
 inline bool uses_sparta(strategy_kind s) { return s == strategy_kind::sparta || s == strategy_kind::sparta_diloco; }
 inline bool uses_diloco(strategy_kind s) {
     return s == strategy_kind::diloco || s == strategy_kind::sparta_diloco || s == strategy_kind::streaming_diloco;
 }
 
-// The outer learning rate used when --outer-lr is not given.
+// The outer learning rate used when --outer-lr is not given: the values the simulator was
+// tuned with for the built-in optimizers, and an added optimizer's own default.
 inline double default_outer_lr(outer_kind o) {
     switch (o) {
     case outer_kind::nesterov:
@@ -79,7 +256,13 @@ inline double default_outer_lr(outer_kind o) {
     case outer_kind::adam: return 0.03;    // per-coordinate steps; best of 0.003..0.3 at the default settings
     case outer_kind::average: return 1.0;  // no learning rate: params = snapshot - mean change
     }
-    return 0.7;
+    return visit_kind(o, [](auto t) {
+        using O = typename decltype(t)::type;
+        if constexpr (lr_field<O>::value)
+            return static_cast<double>(O{}.lr);
+        else
+            return 1.0;
+    });
 }
 
 // The GPT's defaults where they differ from the MLP's: what --model gpt means when
@@ -222,7 +405,7 @@ inline int world_capacity(const sim_config& c) {
 // The topology as the run's header names it ("islands of 3" for islands).
 inline std::string topology_label(const sim_config& c) {
     std::string s(name_of(c.topology));
-    if (c.topology == topology_kind::islands) s += " of " + std::to_string(c.island_size);
+    if (kind_has<topology_kind, group_size_field>(c.topology)) s += " of " + std::to_string(c.island_size);
     return s;
 }
 
@@ -234,7 +417,7 @@ inline int model_tensor_count(const model_config& m) {
 }
 
 inline std::string help_text() {
-    return R"(trickle-sim: train a character-level language model with N simulated workers
+    std::string text = R"(trickle-sim: train a character-level language model with N simulated workers
 (threads over trickle::comm::local) and compare communication strategies.
 
 usage: trickle-sim [options]      (no options: compare ddp, none, sparta, diloco, sparta-diloco)
@@ -262,7 +445,7 @@ Strategies
                          (default 32; gpt: 4 windows, each --context targets)
   --lr LR                inner AdamW learning rate (default 0.004)
   --warmup W             linear learning-rate warm-up steps, >= 0 (default 50)
-  --lr-schedule S        constant|linear|cosine after the warm-up; linear and cosine decay to
+  --lr-schedule S        {lr_schedule} after the warm-up; linear and cosine decay to
                          0.1 x --lr at the last step (default constant; gpt: cosine)
   --weight-decay WD      AdamW decoupled weight decay on weight matrices, >= 0 (default 0.1)
   --clip G               clip each step's gradient to global L2 norm G, >= 0; 0: off
@@ -290,38 +473,39 @@ Model size
 
 SPARTA (sparta, sparta-diloco)
   --fraction P           fraction of parameters averaged per exchange, (0, 1] (default 0.005)
-  --sampler KIND         uniform|permutation|block|layerwise (default uniform)
+  --sampler KIND         {sampler} (default uniform)
   --block-size N         block sampler's block length, 1..the model's parameters (default 256)
   --interval H           exchange every H steps, >= 1 (default 1)
-  --fraction-schedule S  constant|linear|cosine: p moves from --fraction to --fraction-end
+  --fraction-schedule S  {schedule}: p moves from --fraction to --fraction-end
                          over --steps (default constant)
   --fraction-end P1      final fraction of a linear or cosine schedule, (0, 1]
 
 DiLoCo (diloco, sparta-diloco, streaming-diloco)
   --outer-interval H     inner steps per outer step, >= 1 (default 100)
-  --outer KIND           nesterov|sgd|momentum|adam|average (default nesterov)
+  --outer KIND           {outer} (default nesterov)
   --outer-lr LR          outer learning rate, > 0 (default 0.7; adam 0.03; not for average)
   --outer-momentum M     momentum of nesterov and momentum, [0, 1) (default 0.9)
-  --outer-lr-schedule S  constant|linear|cosine: the outer lr moves from --outer-lr to
+  --outer-lr-schedule S  {schedule}: the outer lr moves from --outer-lr to
                          --outer-lr-end x --outer-lr over the run's outer steps (default constant)
   --outer-lr-end F       final multiple of --outer-lr of a linear or cosine schedule, (0, 1]
   --drop-prob Q          probability a worker's outer gradient is dropped in a round, [0, 1)
   --prune Q              fraction of outer-gradient values pruned by magnitude, [0, 1)
 
 Both
-  --topology KIND        all-reduce|ring|gossip|exponential|islands: how sparta and diloco
-                         average (default all-reduce). ring: with the two neighbours; gossip:
+  --topology KIND        {topology}: how sparta and diloco
+                         average (default all_reduce). ring: with the two neighbours; gossip:
                          with one random peer per exchange; exponential: with peer r XOR 2^k,
                          k cycling over log2 N; islands: within random groups of --island-size.
                          gossip and exponential need >= 2 workers
   --island-size G        workers per island of --topology islands, 1..--workers (default 2)
 
-Compression (any --topology; --outer-topk needs all-reduce)
-  --codec C              SPARTA's values on the wire: fp32|bf16|fp16|fp8-e4m3|fp8-e5m2|fp8-block|
-                         int8|int4|sign2 (default fp32, today's wire; fp8-block: E4M3 with a scale
-                         per block)
+Compression (any --topology; --outer-topk needs all_reduce)
+  --codec C              SPARTA's values on the wire:
+                         {codec}
+                         (default fp32, today's wire; fp8_block: E4M3 with a scale per block)
   --outer-codec C        DiLoCo's outer gradient on the wire, the same names (default fp32)
-  --codec-block B        values per fp32 scale of fp8-block, int8, int4 and sign2, >= 1 (default 64)
+  --codec-block B        values per fp32 scale of {blocked}, >= 1
+                         (default 64)
   --outer-topk C:K       DiLoCo: send only the K largest of every C values of the outer gradient
                          (chunk top-k, indices packed in ceil(log2 C) bits; the values in
                          --outer-codec), 1 <= K <= C
@@ -375,7 +559,38 @@ Output
 
 Every option takes its value as "--opt V" or "--opt=V". An unknown option, a bad value, or
 an option that has no effect on the chosen strategies is an error (exit code 2).
+
+Policy names (--sampler, --fraction-schedule, --outer, --outer-lr-schedule, --topology,
+--codec, --outer-codec) are the library's own, read from its registries
+(include/trickle/*/registry.hpp; docs/extending.md). The older spellings with '-' for '_'
+({aliases}) are still accepted, as deprecated aliases.
 )";
+    std::vector<std::string> aliases;
+    const auto add_aliases = [&](const auto& kinds) {
+        for (auto k : kinds)
+            if (dashed(name_of(k)) != name_of(k)) aliases.push_back(dashed(name_of(k)));
+    };
+    add_aliases(topology_choices());
+    add_aliases(codec_choices());
+    add_aliases(sampler_choices());
+    add_aliases(schedule_choices());
+    add_aliases(outer_choices());
+    std::string alias_list;
+    for (std::size_t i = 0; i < aliases.size(); ++i) alias_list += (i ? ", " : "") + aliases[i];
+    const std::pair<std::string_view, std::string> fields[] = {
+        {"{lr_schedule}", joined(lr_schedule_choices())},
+        {"{sampler}", joined(sampler_choices())},
+        {"{schedule}", joined(schedule_choices())},
+        {"{outer}", joined(outer_choices())},
+        {"{topology}", joined(topology_choices())},
+        {"{codec}", joined(codec_choices())},
+        {"{blocked}", joined(kinds_with<block_size_field>(codec_choices()), ", ", " and ")},
+        {"{aliases}", alias_list.empty() ? std::string("none now") : alias_list},
+    };
+    for (const auto& [key, value] : fields)
+        for (std::size_t at = text.find(key); at != std::string::npos; at = text.find(key, at + value.size()))
+            text.replace(at, key.size(), value);
+    return text;
 }
 
 // Text from the command line (or a file name) as an error message quotes it: a control
@@ -448,13 +663,28 @@ E parse_enum(std::string_view opt, std::string_view v, const std::string_view (&
     bad_value(opt, v, "expected one of " + list);
 }
 
-// A schedule option and its end value go together: the end only with a linear or cosine
-// schedule, which needs it. Returns the end to use: `end`, or `constant_end` for constant.
+// A policy among `offered` by its registry name, or by the older spelling with '-' for
+// '_' (a deprecated alias). An unknown value is an error that lists the offered names (in
+// the older spelling, which scripts and tests match, then in the registry's).
+template <class Kind>
+Kind parse_policy(std::string_view opt, std::string_view v, const std::vector<Kind>& offered) {
+    for (Kind k : offered)
+        if (v == name_of(k) || v == dashed(name_of(k))) return k;
+    const std::string listed = joined(offered, "|", "|", &dashed), registered = joined(offered);
+    std::string why = std::string(opt) + ": expected one of " + listed + ", got " + quoted_value(v);
+    if (listed != registered) why += " (the registry's spelling: " + registered + ")";
+    throw usage_error(why);
+}
+
+// A schedule option and its end value go together: the end only with a schedule that
+// decays to it (linear, cosine), which needs it. Returns the end to use: `end`, or
+// `constant_end` for a schedule without one.
 inline double schedule_end(schedule_kind kind, std::string_view schedule_opt, bool end_given, std::string_view end_opt,
                            double end, double constant_end) {
-    if (kind == schedule_kind::constant) {
+    if (!kind_has<schedule_kind, decay_fields>(kind)) {
         if (end_given)
-            throw usage_error(std::string(end_opt) + ": needs " + std::string(schedule_opt) + " linear or cosine");
+            throw usage_error(std::string(end_opt) + ": needs " + std::string(schedule_opt) + " " +
+                              joined(kinds_with<decay_fields>(schedule_choices()), ", ", " or "));
         return constant_end;
     }
     if (!end_given)
@@ -706,7 +936,7 @@ inline sim_config parse_cli(std::span<const std::string> args) {
             c.threads = detail::parse_int<int>(opt, v, 1, 256);
             gpt_only.push_back(opt);
         } else if (opt == "--lr-schedule") {
-            c.lr_schedule = detail::parse_enum<schedule_kind>(opt, v, schedule_names);
+            c.lr_schedule = detail::parse_policy(opt, v, lr_schedule_choices());
             lr_schedule_given = true;
         } else if (opt == "--clip") {
             const double x = detail::parse_double(opt, v);
@@ -721,7 +951,7 @@ inline sim_config parse_cli(std::span<const std::string> args) {
             c.fraction = x;
             sparta_only.push_back(opt);
         } else if (opt == "--sampler") {
-            c.sampler = detail::parse_enum<sampler_kind>(opt, v, sampler_names);
+            c.sampler = detail::parse_policy(opt, v, sampler_choices());
             sparta_only.push_back(opt);
         } else if (opt == "--block-size") {
             c.block_size = detail::parse_int<int>(opt, v, 1, int_max);
@@ -731,7 +961,7 @@ inline sim_config parse_cli(std::span<const std::string> args) {
             c.interval = detail::parse_int<int>(opt, v, 1, int_max);
             sparta_only.push_back(opt);
         } else if (opt == "--fraction-schedule") {
-            c.fraction_schedule = detail::parse_enum<schedule_kind>(opt, v, schedule_names);
+            c.fraction_schedule = detail::parse_policy(opt, v, schedule_choices());
             sparta_only.push_back(opt);
         } else if (opt == "--fraction-end") {
             const double x = detail::parse_double(opt, v);
@@ -743,7 +973,7 @@ inline sim_config parse_cli(std::span<const std::string> args) {
             c.outer_interval = detail::parse_int<int>(opt, v, 1, int_max);
             diloco_only.push_back(opt);
         } else if (opt == "--outer") {
-            c.outer = detail::parse_enum<outer_kind>(opt, v, outer_names);
+            c.outer = detail::parse_policy(opt, v, outer_choices());
             diloco_only.push_back(opt);
         } else if (opt == "--outer-lr") {
             const double x = detail::parse_double(opt, v);
@@ -758,7 +988,7 @@ inline sim_config parse_cli(std::span<const std::string> args) {
             outer_momentum_given = true;
             diloco_only.push_back(opt);
         } else if (opt == "--outer-lr-schedule") {
-            c.outer_lr_schedule = detail::parse_enum<schedule_kind>(opt, v, schedule_names);
+            c.outer_lr_schedule = detail::parse_policy(opt, v, schedule_choices());
             outer_lr_schedule_given = true;
             diloco_only.push_back(opt);
         } else if (opt == "--outer-lr-end") {
@@ -778,16 +1008,16 @@ inline sim_config parse_cli(std::span<const std::string> args) {
             c.prune = x;
             diloco_only.push_back(opt);
         } else if (opt == "--topology") {
-            c.topology = detail::parse_enum<topology_kind>(opt, v, topology_names);
+            c.topology = detail::parse_policy(opt, v, topology_choices());
             both_only.push_back(opt);
         } else if (opt == "--island-size") {
             c.island_size = detail::parse_int<int>(opt, v, 1, 256);
             island_size_given = true;
         } else if (opt == "--codec") {
-            c.codec = detail::parse_enum<codec_kind>(opt, v, codec_names);
+            c.codec = detail::parse_policy(opt, v, codec_choices());
             sparta_only.push_back(opt);
         } else if (opt == "--outer-codec") {
-            c.outer_codec = detail::parse_enum<codec_kind>(opt, v, codec_names);
+            c.outer_codec = detail::parse_policy(opt, v, codec_choices());
             diloco_only.push_back(opt);
         } else if (opt == "--codec-block") {
             c.codec_block = detail::parse_int<int>(opt, v, 1, 1 << 20);
@@ -924,21 +1154,24 @@ inline sim_config parse_cli(std::span<const std::string> args) {
     }
     if (c.step_time_s > 0 && c.networks.empty())
         throw usage_error("--step-time: applies to the network model; give --network too");
-    if (block_size_given && c.sampler != sampler_kind::block)
-        throw usage_error("--block-size: applies to --sampler block only");
-    if (island_size_given && c.topology != topology_kind::islands)
-        throw usage_error("--island-size: applies to --topology islands only");
-    if (c.topology == topology_kind::islands && c.island_size > c.workers)
+    if (block_size_given && !kind_has<sampler_kind, block_size_field>(c.sampler))
+        throw usage_error("--block-size: applies to --sampler " +
+                          joined(kinds_with<block_size_field>(sampler_choices()), ", ", " or ") + " only");
+    const bool grouped = kind_has<topology_kind, group_size_field>(c.topology);
+    if (island_size_given && !grouped)
+        throw usage_error("--island-size: applies to --topology " +
+                          joined(kinds_with<group_size_field>(topology_choices()), ", ", " or ") + " only");
+    if (grouped && c.island_size > c.workers)
         throw usage_error("--island-size: islands of " + std::to_string(c.island_size) +
                           " workers are larger than the world (--workers " + std::to_string(c.workers) + ")");
     if ((c.topology == topology_kind::gossip || c.topology == topology_kind::exponential) && c.workers < 2)
         throw usage_error("--topology " + std::string(name_of(c.topology)) +
                           ": needs at least 2 workers to average with a peer (--workers 1)");
-    const auto blocked = [](codec_kind k) {
-        return k == codec_kind::int8 || k == codec_kind::int4 || k == codec_kind::sign2 || k == codec_kind::fp8_block;
-    };
+    const auto blocked = [](codec_kind k) { return kind_has<codec_kind, block_size_field>(k); };
     if (codec_block_given && !(any_sparta && blocked(c.codec)) && !(any_diloco && blocked(c.outer_codec)))
-        throw usage_error("--codec-block: applies to the fp8-block, int8, int4 and sign2 codecs only");
+        throw usage_error("--codec-block: applies to the " +
+                          joined(kinds_with<block_size_field>(codec_choices()), ", ", " and ", &dashed) +
+                          " codecs only");
     // Value codecs travel through every topology (trickle's encoded links); a sparsifier's
     // chunks are summed only by the all-reduce.
     if (c.topk_k > 0 && c.topology != topology_kind::all_reduce)
@@ -948,13 +1181,15 @@ inline sim_config parse_cli(std::span<const std::string> args) {
         throw usage_error("--error-feedback: needs a lossy --outer-codec or --outer-topk (fp32 loses nothing to feed back)");
     c.fraction_end = detail::schedule_end(c.fraction_schedule, "--fraction-schedule", fraction_end_given,
                                           "--fraction-end", c.fraction_end, c.fraction);
-    if (c.outer == outer_kind::average && outer_lr_given)
-        throw usage_error("--outer-lr: --outer average has no learning rate");
-    if (outer_momentum_given && c.outer != outer_kind::nesterov && c.outer != outer_kind::momentum)
-        throw usage_error("--outer-momentum: applies to --outer nesterov and momentum only");
+    const bool outer_has_lr = kind_has<outer_kind, lr_field>(c.outer);
+    if (!outer_has_lr && outer_lr_given)
+        throw usage_error("--outer-lr: --outer " + std::string(name_of(c.outer)) + " has no learning rate");
+    if (outer_momentum_given && !kind_has<outer_kind, momentum_field>(c.outer))
+        throw usage_error("--outer-momentum: applies to --outer " +
+                          joined(kinds_with<momentum_field>(outer_choices()), ", ", " and ") + " only");
     if (!outer_lr_given) c.outer_lr = default_outer_lr(c.outer);
-    if (c.outer == outer_kind::average && outer_lr_schedule_given)
-        throw usage_error("--outer-lr-schedule: --outer average has no learning rate");
+    if (!outer_has_lr && outer_lr_schedule_given)
+        throw usage_error("--outer-lr-schedule: --outer " + std::string(name_of(c.outer)) + " has no learning rate");
     c.outer_lr_end = detail::schedule_end(c.outer_lr_schedule, "--outer-lr-schedule", outer_lr_end_given,
                                           "--outer-lr-end", c.outer_lr_end, 1.0);
     detail::check_elastic(c, strategy_list(), timeout_given, round_policy_given);

@@ -184,61 +184,61 @@ public:
     void barrier(trickle::comm::local& /*comm*/) override { async_comm.barrier(); }
 };
 
-// The runtime choices, as the policy objects trickle takes at compile time.
-using sampler_choice = std::variant<trickle::sampler::uniform, trickle::sampler::permutation, trickle::sampler::block,
-                                    trickle::sampler::layerwise>;
-using schedule_choice = std::variant<trickle::schedule::constant, trickle::schedule::linear, trickle::schedule::cosine>;
+// The runtime choices, as the policy objects trickle takes at compile time: each is built
+// from its registry (options.hpp, registry_of), so a policy added to a registry is offered
+// here without a change.
+using sampler_choice = trickle::sampler::registry::apply<std::variant>;
+using schedule_choice =
+    trickle::type_list_filter_t<cli_schedule, trickle::schedule::registry>::apply<std::variant>;
 
-// The topology, chosen at run time: trickle::topology::any holds one of the five, so they
-// add no instantiations (each algorithm is compiled once for it).
+// The topology, chosen at run time: trickle::topology::any holds every registered one, so
+// they add no instantiations (each algorithm is compiled once for it).
 using topology_choice = trickle::topology::any;
 
 inline sampler_choice make_sampler(const sim_config& c) {
-    switch (c.sampler) {
-    case sampler_kind::uniform: return trickle::sampler::uniform{};
-    case sampler_kind::permutation: return trickle::sampler::permutation{};
-    case sampler_kind::block: return trickle::sampler::block{.block_size = static_cast<std::size_t>(c.block_size)};
-    case sampler_kind::layerwise: return trickle::sampler::layerwise{};
-    }
-    throw usage_error("--sampler: unhandled value");
+    return visit_kind(c.sampler, [&](auto t) -> sampler_choice {
+        typename decltype(t)::type s{};
+        if constexpr (block_size_field<decltype(s)>::value) s.block_size = static_cast<std::size_t>(c.block_size);
+        return s;
+    });
+}
+
+// A schedule of kind k that decays to `end` over `steps` (when it decays at all).
+inline schedule_choice make_schedule(schedule_kind k, double end, std::uint64_t steps, std::string_view opt) {
+    return visit_kind(k, [&](auto t) -> schedule_choice {
+        using S = typename decltype(t)::type;
+        if constexpr (cli_schedule<S>::value) {
+            S s{};
+            if constexpr (decay_fields<S>::value) {
+                s.end_fraction = end;
+                s.steps = steps;
+            }
+            return s;
+        } else {
+            throw usage_error(std::string(opt) + ": " + S::name + " has no options of trickle-sim's to build it from");
+        }
+    });
 }
 
 inline schedule_choice make_schedule(const sim_config& c) {
-    const auto steps = static_cast<std::uint64_t>(c.steps);
-    switch (c.fraction_schedule) {
-    case schedule_kind::constant: return trickle::schedule::constant{};
-    case schedule_kind::linear: return trickle::schedule::linear{.end_fraction = c.fraction_end, .steps = steps};
-    case schedule_kind::cosine: return trickle::schedule::cosine{.end_fraction = c.fraction_end, .steps = steps};
-    }
-    throw usage_error("--fraction-schedule: unhandled value");
+    return make_schedule(c.fraction_schedule, c.fraction_end, static_cast<std::uint64_t>(c.steps), "--fraction-schedule");
 }
 
 inline topology_choice make_topology(const sim_config& c) {
-    switch (c.topology) {
-    case topology_kind::all_reduce: return {trickle::topology::all_reduce{}};
-    case topology_kind::ring: return {trickle::topology::ring{}};
-    case topology_kind::gossip: return {trickle::topology::gossip{}};
-    case topology_kind::exponential: return {trickle::topology::exponential{}};
-    case topology_kind::islands: return {trickle::topology::islands{.size = c.island_size}};
-    }
-    throw usage_error("--topology: unhandled value");
+    return visit_kind(c.topology, [&](auto t) -> topology_choice {
+        typename decltype(t)::type top{};
+        if constexpr (group_size_field<decltype(top)>::value) top.size = c.island_size;
+        return top;
+    });
 }
 
 // A codec chosen at run time (one codec::any, so codecs add no instantiations).
 inline trickle::codec::any make_codec(codec_kind k, int block) {
-    const auto B = static_cast<std::size_t>(block);
-    switch (k) {
-    case codec_kind::fp32: return trickle::codec::fp32{};
-    case codec_kind::bf16: return trickle::codec::bf16{};
-    case codec_kind::fp16: return trickle::codec::fp16{};
-    case codec_kind::fp8_e4m3: return trickle::codec::fp8_e4m3{};
-    case codec_kind::fp8_e5m2: return trickle::codec::fp8_e5m2{};
-    case codec_kind::fp8_block: return trickle::codec::fp8_block{.block_size = B};
-    case codec_kind::int8: return trickle::codec::int8_block{.block_size = B};
-    case codec_kind::int4: return trickle::codec::int4_block{.block_size = B};
-    case codec_kind::sign2: return trickle::codec::sign2_block{.block_size = B};
-    }
-    throw usage_error("--codec: unhandled value");
+    return visit_kind(k, [&](auto t) -> trickle::codec::any {
+        typename decltype(t)::type codec{};
+        if constexpr (block_size_field<decltype(codec)>::value) codec.block_size = static_cast<std::size_t>(block);
+        return codec;
+    });
 }
 
 // DiLoCo's outer gradient on the wire: a codec, or chunk top-k with that codec for the values.
@@ -284,33 +284,41 @@ using runtime_lr_schedule = trickle::schedule::any;
 template <class Opt>
 using scheduled = trickle::outer::lr_scheduled<Opt, runtime_lr_schedule>;
 
-using outer_choice = std::variant<scheduled<trickle::outer::nesterov>, scheduled<trickle::outer::sgd>,
-                                  scheduled<trickle::outer::momentum>, scheduled<trickle::outer::adam>,
-                                  trickle::outer::average>;
+namespace detail {
+// An optimizer with a learning rate is wrapped in lr_scheduled; average, which has none, is not.
+template <class Opt>
+struct with_lr_schedule {
+    using type = Opt;
+};
+template <trickle::outer::has_learning_rate Opt>
+struct with_lr_schedule<Opt> {
+    using type = scheduled<Opt>;
+};
+template <class Opt>
+using with_lr_schedule_t = typename with_lr_schedule<Opt>::type;
+} // namespace detail
+
+using outer_choice = trickle::type_list_map_t<detail::with_lr_schedule_t, trickle::outer::registry>::apply<std::variant>;
 
 inline runtime_lr_schedule make_outer_lr_schedule(const sim_config& c) {
     // Outer steps in the run: the schedule's steps count them.
     const auto outer_steps = static_cast<std::uint64_t>(std::max(1, c.steps / c.outer_interval));
-    switch (c.outer_lr_schedule) {
-    case schedule_kind::constant: return trickle::schedule::constant{};
-    case schedule_kind::linear: return trickle::schedule::linear{.end_fraction = c.outer_lr_end, .steps = outer_steps};
-    case schedule_kind::cosine: return trickle::schedule::cosine{.end_fraction = c.outer_lr_end, .steps = outer_steps};
-    }
-    throw usage_error("--outer-lr-schedule: unhandled value");
+    return std::visit([](const auto& s) -> runtime_lr_schedule { return s; },
+                      make_schedule(c.outer_lr_schedule, c.outer_lr_end, outer_steps, "--outer-lr-schedule"));
 }
 
 inline outer_choice make_outer(const sim_config& c) {
     const runtime_lr_schedule lrs = make_outer_lr_schedule(c);
-    switch (c.outer) {
-    case outer_kind::nesterov:
-        return scheduled<trickle::outer::nesterov>{{.lr = c.outer_lr, .momentum = c.outer_momentum}, lrs};
-    case outer_kind::sgd: return scheduled<trickle::outer::sgd>{{.lr = c.outer_lr}, lrs};
-    case outer_kind::momentum:
-        return scheduled<trickle::outer::momentum>{{.lr = c.outer_lr, .momentum = c.outer_momentum}, lrs};
-    case outer_kind::adam: return scheduled<trickle::outer::adam>{{.lr = c.outer_lr}, lrs};
-    case outer_kind::average: return trickle::outer::average{};
-    }
-    throw usage_error("--outer: unhandled value");
+    return visit_kind(c.outer, [&](auto t) -> outer_choice {
+        using O = typename decltype(t)::type;
+        O o{};
+        if constexpr (lr_field<O>::value) o.lr = c.outer_lr;
+        if constexpr (momentum_field<O>::value) o.momentum = c.outer_momentum;
+        if constexpr (trickle::outer::has_learning_rate<O>)
+            return scheduled<O>{o, lrs};
+        else
+            return o;
+    });
 }
 
 // `weight` is this worker's weight in DiLoCo's average: its shard size, so that uneven

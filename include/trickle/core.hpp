@@ -1,4 +1,4 @@
-// trickle/core.hpp: the core layer (element types, views, parameter groups, Philox, configuration records, CRC-32C).
+// trickle/core.hpp: the core layer (element types, views, parameter groups, Philox, configuration records, CRC-32C, type lists).
 #pragma once
 
 #include <trickle/config.hpp>
@@ -10,4 +10,5 @@
 #include <trickle/core/philox.hpp>
 #include <trickle/core/stream.hpp>
 #include <trickle/core/tensor_view.hpp>
+#include <trickle/core/type_list.hpp>
 #include <trickle/error.hpp>

@@ -1,4 +1,4 @@
-// trickle/outer.hpp: the outer optimizers of DiLoCo (average, sgd, momentum, nesterov, adam), their concept, and lr_scheduled.
+// trickle/outer.hpp: the outer optimizers of DiLoCo (average, sgd, momentum, nesterov, adam), their concept, their registry, and lr_scheduled.
 #pragma once
 
 #include <trickle/outer/adam.hpp>
@@ -6,4 +6,5 @@
 #include <trickle/outer/lr_schedule.hpp>
 #include <trickle/outer/momentum.hpp>
 #include <trickle/outer/outer_optimizer.hpp>
+#include <trickle/outer/registry.hpp>
 #include <trickle/outer/sgd.hpp>

@@ -1,4 +1,4 @@
-// trickle/topology.hpp: every topology (who averages with whom).
+// trickle/topology.hpp: every topology (who averages with whom) and their registry.
 #pragma once
 
 #include <trickle/topology/all_reduce.hpp>
@@ -7,5 +7,6 @@
 #include <trickle/topology/gossip.hpp>
 #include <trickle/topology/groups.hpp>
 #include <trickle/topology/islands.hpp>
+#include <trickle/topology/registry.hpp>
 #include <trickle/topology/ring.hpp>
 #include <trickle/topology/topology.hpp>

@@ -1,11 +1,14 @@
 // python/csrc/common.hpp: what the three binding files of trickle._C share.
 //
 // The Python package builds each algorithm from a few run-time names (sampler, schedule,
-// topology, outer optimizer). To keep the number of template instantiations small, the
-// schedule and the topology are the variant policies schedule::any and topology::any, so
-// only the sampler (SPARTA), the outer optimizer (DiLoCo), or both (SPARTA + DiLoCo) are
-// template arguments; the model wrappers of trickle/torch/algorithms.hpp instantiate one
-// engine per host dtype (float32, float16, bfloat16) of each.
+// topology, codec, outer optimizer), found in the library's registries
+// (include/trickle/*/registry.hpp) by the name each policy declares: no table of names is
+// kept here, and trickle._C.registry hands the same lists to the Python layer. To keep
+// the number of template instantiations small, the schedule, the topology and the codec
+// are the variant policies schedule::any, topology::any and codec::any, so only the
+// sampler (SPARTA), the outer optimizer (DiLoCo), or both (SPARTA + DiLoCo) are template
+// arguments; the model wrappers of trickle/torch/algorithms.hpp instantiate one engine per
+// host dtype (float32, float16, bfloat16) of each.
 #pragma once
 
 #include <torch/extension.h>
@@ -14,6 +17,8 @@
 
 #include <pybind11/stl.h>
 
+#include <trickle/codec/any.hpp>
+#include <trickle/core/type_list.hpp>
 #include <trickle/outer.hpp>
 #include <trickle/sampler.hpp>
 #include <trickle/schedule/any.hpp>
@@ -44,6 +49,81 @@ T get(const py::dict& d, const char* key) {
     return item(d, key).cast<T>();
 }
 
+// ---- policies by name ----
+
+// The keyword arguments that set a policy's fields, found by the fields it has: a
+// sampler's block_size (block_size) and layerwise mode (layerwise_mode); a schedule's end
+// and length (end_fraction, schedule_steps), its points (points), and whether a warm-up
+// may lead into it (warmup_steps, warmup_start_fraction); a topology's group size
+// (island_size); a codec's block_size (codec_block); an outer optimizer's lr (outer_lr),
+// momentum (momentum), betas (betas) and eps (eps). A policy added to a registry takes the
+// keywords its fields name; trickle._C.policy_options tells the Python layer which those
+// are, so that it refuses a keyword the chosen policy has no use for.
+template <class P>
+inline constexpr bool has_block_size = requires(P p) { p.block_size = std::size_t{1}; };
+template <class P>
+inline constexpr bool has_layerwise_mode = requires(P p) { p.how = trickle::sampler::layerwise::mode::per_tensor; };
+template <class P>
+inline constexpr bool has_decay = requires(P p) {
+    p.end_fraction = 0.5;
+    p.steps = std::uint64_t{1};
+};
+template <class P>
+inline constexpr bool has_points = requires(P p) { p.points = std::vector<std::pair<std::uint64_t, double>>{}; };
+template <class P>
+inline constexpr bool warms_up = trickle::type_list_contains<trickle::schedule::warmed, P>;
+template <class P>
+inline constexpr bool has_group_size = requires(P p) { p.size = 1; };
+template <class P>
+inline constexpr bool has_lr = requires(P p) { p.lr = 0.5; };
+template <class P>
+inline constexpr bool has_momentum = requires(P p) { p.momentum = 0.5; };
+template <class P>
+inline constexpr bool has_betas = requires(P p) {
+    p.beta1 = 0.5;
+    p.beta2 = 0.5;
+};
+template <class P>
+inline constexpr bool has_eps = requires(P p) { p.eps = 0.5; };
+
+// The keywords each family's policies may take, as above.
+template <class S>
+std::vector<std::string> sampler_keys() {
+    std::vector<std::string> k;
+    if constexpr (has_block_size<S>) k.emplace_back("block_size");
+    if constexpr (has_layerwise_mode<S>) k.emplace_back("layerwise_mode");
+    return k;
+}
+template <class S>
+std::vector<std::string> schedule_keys() {
+    std::vector<std::string> k;
+    if constexpr (has_decay<S>) k.insert(k.end(), {"end_fraction", "schedule_steps"});
+    if constexpr (has_points<S>) k.emplace_back("points");
+    if constexpr (warms_up<S>) k.insert(k.end(), {"warmup_steps", "warmup_start_fraction"});
+    return k;
+}
+template <class T>
+std::vector<std::string> topology_keys() {
+    std::vector<std::string> k;
+    if constexpr (has_group_size<T>) k.emplace_back("island_size");
+    return k;
+}
+template <class C>
+std::vector<std::string> codec_keys() {
+    std::vector<std::string> k;
+    if constexpr (has_block_size<C>) k.emplace_back("codec_block");
+    return k;
+}
+template <class O>
+std::vector<std::string> outer_keys() {
+    std::vector<std::string> k;
+    if constexpr (has_lr<O>) k.emplace_back("outer_lr");
+    if constexpr (has_momentum<O>) k.emplace_back("momentum");
+    if constexpr (has_betas<O>) k.emplace_back("betas");
+    if constexpr (has_eps<O>) k.emplace_back("eps");
+    return k;
+}
+
 struct sampler_config {
     std::string name = "uniform";
     std::size_t block_size = 256;
@@ -56,91 +136,73 @@ struct sampler_config {
         c.layerwise_mode = get<std::string>(d, "layerwise_mode");
         return c;
     }
-    trickle::sampler::block block() const { return trickle::sampler::block{.block_size = block_size}; }
-    trickle::sampler::layerwise layerwise() const {
-        trickle::sampler::layerwise s;
-        if (layerwise_mode == "per_tensor")
-            s.how = trickle::sampler::layerwise::mode::per_tensor;
-        else if (layerwise_mode == "rotating")
-            s.how = trickle::sampler::layerwise::mode::rotating;
-        else
-            throw trickle::invalid_argument("trickle: unknown layerwise_mode '" + layerwise_mode +
-                                            "' (valid: per_tensor, rotating)");
-        return s;
+    // Sets the fields of s that these options give.
+    template <class S>
+    void configure(S& s) const {
+        if constexpr (has_block_size<S>) s.block_size = block_size;
+        if constexpr (has_layerwise_mode<S>) {
+            using mode = trickle::sampler::layerwise::mode;
+            if (layerwise_mode == "per_tensor")
+                s.how = mode::per_tensor;
+            else if (layerwise_mode == "rotating")
+                s.how = mode::rotating;
+            else
+                throw trickle::invalid_argument("trickle: unknown layerwise_mode '" + layerwise_mode +
+                                                "' (valid: per_tensor, rotating)");
+        }
     }
 };
 
 // Calls f(sampler) with the named sampler; each sampler is one instantiation.
 template <class F>
 decltype(auto) with_sampler(const sampler_config& c, F&& f) {
-    if (c.name == "uniform") return f(trickle::sampler::uniform{});
-    if (c.name == "permutation") return f(trickle::sampler::permutation{});
-    if (c.name == "block") return f(c.block());
-    if (c.name == "layerwise") return f(c.layerwise());
-    throw trickle::invalid_argument("trickle: unknown sampler '" + c.name +
-                                    "' (valid: uniform, permutation, block, layerwise)");
+    return trickle::visit_name<trickle::sampler::registry>(c.name, "sampler", [&](auto t) -> decltype(auto) {
+        typename decltype(t)::type s{};
+        c.configure(s);
+        return f(s);
+    });
 }
 
 inline trickle::schedule::any make_schedule(const py::dict& d) {
-    namespace s = trickle::schedule;
     const auto name = get<std::string>(d, "schedule");
     const auto end_fraction = get<double>(d, "end_fraction");
     const auto steps = get<std::uint64_t>(d, "schedule_steps");
     const auto warmup_steps = get<std::uint64_t>(d, "warmup_steps");
     const auto start = get<double>(d, "warmup_start_fraction");
-    if (name == "piecewise") {
-        if (warmup_steps != 0)
-            throw trickle::invalid_argument("trickle: warmup_steps cannot be combined with the piecewise schedule");
-        s::piecewise p;
-        p.points = get<std::vector<std::pair<std::uint64_t, double>>>(d, "points");
-        return p;
-    }
-    if (name == "constant") {
-        if (warmup_steps == 0) return s::constant{};
-        return s::warmup<s::constant>{.steps = warmup_steps, .start_fraction = start};
-    }
-    if (name == "linear") {
-        s::linear l{.end_fraction = end_fraction, .steps = steps};
-        if (warmup_steps == 0) return l;
-        return s::warmup<s::linear>{.steps = warmup_steps, .start_fraction = start, .then = l};
-    }
-    if (name == "cosine") {
-        s::cosine c{.end_fraction = end_fraction, .steps = steps};
-        if (warmup_steps == 0) return c;
-        return s::warmup<s::cosine>{.steps = warmup_steps, .start_fraction = start, .then = c};
-    }
-    throw trickle::invalid_argument("trickle: unknown schedule '" + name +
-                                    "' (valid: constant, linear, cosine, piecewise)");
+    return trickle::visit_name<trickle::schedule::registry>(name, "schedule", [&](auto t) -> trickle::schedule::any {
+        using S = typename decltype(t)::type;
+        S s{};
+        if constexpr (has_decay<S>) {
+            s.end_fraction = end_fraction;
+            s.steps = steps;
+        }
+        if constexpr (has_points<S>) s.points = get<std::vector<std::pair<std::uint64_t, double>>>(d, "points");
+        if (warmup_steps == 0) return s;
+        if constexpr (warms_up<S>)
+            return trickle::schedule::warmup<S>{.steps = warmup_steps, .start_fraction = start, .then = s};
+        else
+            throw trickle::invalid_argument("trickle: warmup_steps cannot be combined with the " + name + " schedule");
+    });
 }
 
 inline trickle::topology::any make_topology(const py::dict& d) {
-    namespace t = trickle::topology;
     const auto name = get<std::string>(d, "topology");
-    if (name == "all_reduce") return t::all_reduce{};
-    if (name == "ring") return t::ring{};
-    if (name == "gossip") return t::gossip{};
-    if (name == "exponential") return t::exponential{};
-    if (name == "islands") return t::islands{.size = get<int>(d, "island_size")};
-    throw trickle::invalid_argument("trickle: unknown topology '" + name +
-                                    "' (valid: all_reduce, ring, gossip, exponential, islands)");
+    return trickle::visit_name<trickle::topology::registry>(name, "topology", [&](auto t) -> trickle::topology::any {
+        typename decltype(t)::type top{};
+        if constexpr (has_group_size<decltype(top)>) top.size = get<int>(d, "island_size");
+        return top;
+    });
 }
 
-// A codec by name (codec_block: values per scale of int8, int4, sign2).
+// A codec by name (codec_block: values per scale of the codecs that have blocks).
 inline trickle::codec::any make_codec(const py::dict& d, const char* key) {
-    namespace c = trickle::codec;
     const auto name = get<std::string>(d, key);
     const auto block = get<std::size_t>(d, "codec_block");
-    if (name == "fp32") return c::fp32{};
-    if (name == "bf16") return c::bf16{};
-    if (name == "fp16") return c::fp16{};
-    if (name == "fp8_e4m3") return c::fp8_e4m3{};
-    if (name == "fp8_e5m2") return c::fp8_e5m2{};
-    if (name == "fp8_block") return c::fp8_block{.block_size = block};
-    if (name == "int8") return c::int8_block{.block_size = block};
-    if (name == "int4") return c::int4_block{.block_size = block};
-    if (name == "sign2") return c::sign2_block{.block_size = block};
-    throw trickle::invalid_argument(std::string("trickle: unknown ") + key + " '" + name +
-                                    "' (valid: fp32, bf16, fp16, fp8_e4m3, fp8_e5m2, fp8_block, int8, int4, sign2)");
+    return trickle::visit_name<trickle::codec::registry>(name, key, [&](auto t) -> trickle::codec::any {
+        typename decltype(t)::type c{};
+        if constexpr (has_block_size<decltype(c)>) c.block_size = block;
+        return c;
+    });
 }
 
 struct outer_config {
@@ -181,38 +243,24 @@ struct outer_values {
     }
 };
 
-// Calls f(outer) with the named outer optimizer; each optimizer is one instantiation.
+// Calls f(outer) with the named outer optimizer; each optimizer is one instantiation. The
+// fields the values give are set, the others keep the optimizer's defaults.
 template <class F>
 decltype(auto) with_outer(const outer_values& v, F&& f) {
-    namespace o = trickle::outer;
-    if (v.name == "sgd") {
-        o::sgd s;
-        if (v.has_lr) s.lr = v.lr;
-        return f(s);
-    }
-    if (v.name == "momentum" || v.name == "nesterov") {
-        if (v.name == "momentum") {
-            o::momentum m;
-            if (v.has_lr) m.lr = v.lr;
-            if (v.has_momentum) m.momentum = v.momentum;
-            return f(m);
+    return trickle::visit_name<trickle::outer::registry>(v.name, "outer optimizer", [&](auto t) -> decltype(auto) {
+        using O = typename decltype(t)::type;
+        O o{};
+        if constexpr (has_lr<O>)
+            if (v.has_lr) o.lr = v.lr;
+        if constexpr (has_momentum<O>)
+            if (v.has_momentum) o.momentum = v.momentum;
+        if constexpr (has_betas<O>) {
+            o.beta1 = v.beta1;
+            o.beta2 = v.beta2;
         }
-        o::nesterov m;
-        if (v.has_lr) m.lr = v.lr;
-        if (v.has_momentum) m.momentum = v.momentum;
-        return f(m);
-    }
-    if (v.name == "adam") {
-        o::adam a;
-        if (v.has_lr) a.lr = v.lr;
-        a.beta1 = v.beta1;
-        a.beta2 = v.beta2;
-        a.eps = v.eps;
-        return f(a);
-    }
-    if (v.name == "average") return f(o::average{});
-    throw trickle::invalid_argument("trickle: unknown outer optimizer '" + v.name +
-                                    "' (valid: sgd, momentum, nesterov, adam, average)");
+        if constexpr (has_eps<O>) o.eps = v.eps;
+        return f(o);
+    });
 }
 
 inline trickle::sparta_options sparta_opts(const py::dict& d, const char* interval_key) {

@@ -45,6 +45,21 @@ py::list groups_list(const trickle::torch::model_params& p) {
     return out;
 }
 
+// One family's registered names, in the registry's order, and the keyword arguments that
+// configure each (common.hpp: the *_keys functions).
+template <class Registry, class Keys>
+void add_family(py::dict& names, py::dict& options, const char* family, Keys keys) {
+    py::list list;
+    py::dict by_name;
+    trickle::for_each_type<Registry>([&](auto t) {
+        using P = typename decltype(t)::type;
+        list.append(P::name);
+        by_name[P::name] = py::tuple(py::cast(keys(t)));
+    });
+    names[family] = py::tuple(list);
+    options[family] = by_name;
+}
+
 // Collective: every rank reports the error its Python layer found (or none), so that a
 // rank with a bad argument raises together with the others instead of leaving them
 // waiting in the algorithm's constructor. Throws invalid_argument on every rank if any
@@ -119,4 +134,21 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("sparta_diloco", &make_sparta_diloco, py::arg("group"), py::arg("params"), py::arg("options"));
     m.def("agree", &agree_python, py::arg("group"), py::arg("kind"), py::arg("error"));
     m.attr("has_cuda") = false;
+
+    // The library's registries of policy names (include/trickle/*/registry.hpp), which the
+    // Python layer offers as trickle.SAMPLERS, SCHEDULES, TOPOLOGIES, CODECS and
+    // OUTER_OPTIMIZERS, and the keyword arguments each registered policy takes.
+    py::dict registry, policy_options;
+    add_family<trickle::sampler::registry>(registry, policy_options, "sampler",
+                                           [](auto t) { return sampler_keys<typename decltype(t)::type>(); });
+    add_family<trickle::schedule::registry>(registry, policy_options, "schedule",
+                                            [](auto t) { return schedule_keys<typename decltype(t)::type>(); });
+    add_family<trickle::topology::registry>(registry, policy_options, "topology",
+                                            [](auto t) { return topology_keys<typename decltype(t)::type>(); });
+    add_family<trickle::codec::registry>(registry, policy_options, "codec",
+                                         [](auto t) { return codec_keys<typename decltype(t)::type>(); });
+    add_family<trickle::outer::registry>(registry, policy_options, "outer",
+                                         [](auto t) { return outer_keys<typename decltype(t)::type>(); });
+    m.attr("registry") = registry;
+    m.attr("policy_options") = policy_options;
 }

@@ -17,6 +17,7 @@ from ._algorithms import (
     SPARTA,
     SPARTADiLoCo,
     Stats,
+    CODECS,
     OUTER_OPTIMIZERS,
     SAMPLERS,
     SCHEDULES,
@@ -35,6 +36,7 @@ __all__ = [
     "SAMPLERS",
     "SCHEDULES",
     "TOPOLOGIES",
+    "CODECS",
     "OUTER_OPTIMIZERS",
     "STATE_FORMAT",
 ]

@@ -24,12 +24,31 @@ import torch.distributed as dist
 from . import _C
 from ._errors import CommError, MismatchError  # noqa: F401  (documented alongside)
 
-SAMPLERS = ("uniform", "permutation", "block", "layerwise")
+# The registered policy names, read from the library's registries
+# (include/trickle/*/registry.hpp) through the extension: the names the C++ policies
+# declare, in the registries' order. A policy added to a registry appears here.
+SAMPLERS = tuple(_C.registry["sampler"])
+SCHEDULES = tuple(_C.registry["schedule"])
+TOPOLOGIES = tuple(_C.registry["topology"])
+CODECS = tuple(_C.registry["codec"])
+OUTER_OPTIMIZERS = tuple(_C.registry["outer"])
 LAYERWISE_MODES = ("per_tensor", "rotating")
-SCHEDULES = ("constant", "linear", "cosine", "piecewise")
-TOPOLOGIES = ("all_reduce", "ring", "gossip", "exponential", "islands")
-CODECS = ("fp32", "bf16", "fp16", "fp8_e4m3", "fp8_e5m2", "fp8_block", "int8", "int4", "sign2")
-OUTER_OPTIMIZERS = ("sgd", "momentum", "nesterov", "adam", "average")
+
+# The keyword arguments each registered policy takes (family -> name -> keywords), found
+# by the C++ side from the policy's fields: python/csrc/common.hpp.
+_POLICY_OPTIONS: Dict[str, Dict[str, Tuple[str, ...]]] = {
+    family: {name: tuple(keys) for name, keys in by_name.items()} for family, by_name in _C.policy_options.items()
+}
+
+
+def _takes(family: str, name: str, keyword: str) -> bool:
+    """Whether the registered policy `name` of `family` takes the keyword argument."""
+    return keyword in _POLICY_OPTIONS[family][name]
+
+
+def _taking(family: str, keyword: str) -> str:
+    """The policies of `family` that take the keyword, as "'a' or 'b'"."""
+    return " or ".join(repr(n) for n, keys in _POLICY_OPTIONS[family].items() if keyword in keys)
 
 # The "format" entry of state_dict(); load_state_dict() refuses any other.
 STATE_FORMAT = "trickle.checkpoint.v1"
@@ -152,22 +171,23 @@ def _parse_options(kind: str, given: Dict[str, Any]) -> Dict[str, Any]:
         out["warmup_steps"] = _int(kind, "warmup_steps", o["warmup_steps"])
         out["warmup_start_fraction"] = _real(kind, "warmup_start_fraction", o["warmup_start_fraction"])
         points = o["points"]
-        if out["schedule"] == "piecewise":
+        schedule = out["schedule"]
+        if _takes("schedule", schedule, "points"):
             if points is None:
-                raise ValueError(f"trickle.{kind}: schedule='piecewise' needs points=[(step, fraction), ...]")
+                raise ValueError(f"trickle.{kind}: schedule={schedule!r} needs points=[(step, fraction), ...]")
             try:
                 pts = [(int(s), float(f)) for s, f in points]
             except (TypeError, ValueError):
                 raise TypeError(f"trickle.{kind}: points must be a list of (step, fraction) pairs") from None
             if any(s < 0 for s, _ in pts):
                 raise ValueError(f"trickle.{kind}: the steps of points must be >= 0")
-            if out["warmup_steps"]:
-                raise ValueError(f"trickle.{kind}: warmup_steps cannot be combined with schedule='piecewise'")
             out["points"] = pts
         else:
             if points is not None:
-                raise ValueError(f"trickle.{kind}: points applies to schedule='piecewise' only")
+                raise ValueError(f"trickle.{kind}: points applies to schedule={_taking('schedule', 'points')} only")
             out["points"] = []
+        if out["warmup_steps"] and not _takes("schedule", schedule, "warmup_steps"):
+            raise ValueError(f"trickle.{kind}: warmup_steps cannot be combined with schedule={schedule!r}")
         if kind == "SPARTA":
             out["interval"] = _int(kind, "interval", o["interval"])
         else:
@@ -181,13 +201,13 @@ def _parse_options(kind: str, given: Dict[str, Any]) -> Dict[str, Any]:
         lr, mom = o["outer_lr"], o["momentum"]
         if lr is not None:
             lr = _real(kind, "outer_lr", lr)
-            if outer == "average":
-                raise ValueError(f"trickle.{kind}: outer='average' has no learning rate (outer_lr must be None)")
+            if not _takes("outer", outer, "outer_lr"):
+                raise ValueError(f"trickle.{kind}: outer={outer!r} has no learning rate (outer_lr must be None)")
         if mom is not None:
             mom = _real(kind, "momentum", mom)
-            if outer not in ("momentum", "nesterov"):
+            if not _takes("outer", outer, "momentum"):
                 raise ValueError(
-                    f"trickle.{kind}: momentum applies to outer='momentum' or 'nesterov', not {outer!r}"
+                    f"trickle.{kind}: momentum applies to outer={_taking('outer', 'momentum')}, not {outer!r}"
                 )
         out["outer_lr"] = lr
         out["momentum"] = mom
@@ -519,7 +539,9 @@ class SPARTA(_Algorithm):
     (layerwise_mode per_tensor | rotating). schedule: constant | linear | cosine (from
     `fraction` to end_fraction over schedule_steps) | piecewise (points=[(step, fraction)]),
     optionally preceded by a linear warmup from warmup_start_fraction over warmup_steps.
-    topology: all_reduce | ring | gossip | exponential | islands (island_size).
+    topology: all_reduce | ring | gossip | exponential | islands (island_size). codec:
+    one of trickle.CODECS (codec_block for those with blocks). Every registered name is in
+    trickle.SAMPLERS, SCHEDULES, TOPOLOGIES and CODECS, read from the C++ registries.
     """
 
     _kind = "SPARTA"
@@ -539,7 +561,8 @@ class DiLoCo(_Algorithm):
                    broadcast_initial=True, group=None)
 
     outer: sgd (lr 1.0) | momentum | nesterov (lr 0.7, momentum 0.9) | adam (lr 1e-3, betas,
-    eps) | average; outer_lr / momentum None keep those defaults. weight: this worker's
+    eps) | average (every registered name: trickle.OUTER_OPTIMIZERS); outer_lr / momentum
+    None keep those defaults. weight: this worker's
     weight in the average; drop_probability: each contribution dropped with that
     probability; prune_fraction: zero that fraction of each tensor's delta (smallest first).
     """

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # tests/python/run.sh: builds trickle's Python package (python/) into a virtual environment
-# and runs its tests: tests/python/test_local.py (one process), test_distributed.py (4
-# processes, gloo), test_peer_failure.py (2 processes, one leaves) and the example
-# examples/python/train.py (4 workers, each algorithm).
+# and runs its tests: tests/python/test_local.py and test_registry.py (one process),
+# test_distributed.py (4 processes, gloo), test_peer_failure.py (2 processes, one leaves)
+# and the example examples/python/train.py (4 workers, each algorithm).
 #
 #   tests/python/run.sh                 # build if needed, then run everything
 #   tests/python/run.sh --no-example    # skip the example runs
@@ -41,6 +41,8 @@ missing=()
 "$PY" -c 'import torch' 2>/dev/null || missing+=(python3-torch libtorch-dev)
 "$PY" -c 'import torch.utils.cpp_extension as c, os; assert os.path.isfile(os.path.join(c.include_paths()[0], "torch", "extension.h"))' 2>/dev/null \
     || missing+=(libtorch-dev)
+"$PY" -c 'import torch.utils.cpp_extension as c, os; assert any(os.path.isfile(os.path.join(p, "pybind11", "pybind11.h")) for p in c.include_paths() + ["/usr/include"])' 2>/dev/null \
+    || missing+=(pybind11-dev)
 "$PY" -c 'import setuptools' 2>/dev/null || missing+=(python3-setuptools)
 "$PY" -c 'import wheel' 2>/dev/null || missing+=(python3-wheel)
 "$PY" -c 'import venv, ensurepip' 2>/dev/null || missing+=(python3-venv)
@@ -121,6 +123,7 @@ if "$VPY" -c 'import sys, torch; sys.exit(0 if torch.__version__.startswith("1."
     torchrun+=(--redirects 2 --tee 2)
 fi
 run "test_local (1 process)" timeout 300 "$VPY" tests/python/test_local.py
+run "test_registry (1 process)" timeout 300 "$VPY" tests/python/test_registry.py
 run "test_distributed (torchrun, $NPROC processes, gloo)" timeout 600 "${torchrun[@]}" tests/python/test_distributed.py
 run "test_peer_failure (2 processes, one leaves)" \
     "$VPY" tests/python/launch.py --nproc 2 --timeout 120 tests/python/test_peer_failure.py

@@ -1,16 +1,16 @@
 // trickle/codec/any.hpp: codecs chosen at run time, and the parameters' own precision.
 #pragma once
 
-#include <trickle/codec/block.hpp>
 #include <trickle/codec/codec.hpp>
-#include <trickle/codec/element.hpp>
-#include <trickle/codec/fp8_block.hpp>
+#include <trickle/codec/registry.hpp>
 #include <trickle/config.hpp>
 #include <trickle/core/config_record.hpp>
 #include <trickle/core/dtype.hpp>
+#include <trickle/core/type_list.hpp>
 #include <trickle/error.hpp>
 
 #include <cstddef>
+#include <string_view>
 #include <type_traits>
 #include <variant>
 
@@ -18,13 +18,13 @@ TRICKLE_NAMESPACE_BEGIN
 
 namespace codec {
 
-// One of the built-in codecs, chosen at run time (a trainer's or simulator's option), so
-// that an algorithm is compiled once for all of them. Every call visits the held codec
-// once per array or block, never per value; describe() writes exactly the held codec's
-// fields, so a worker using any{int8_block{}} agrees with one using int8_block{}.
+// One of the registered codecs (codec/registry.hpp), chosen at run time (a trainer's or
+// simulator's option), so that an algorithm is compiled once for all of them. Every call
+// visits the held codec once per array or block, never per value; describe() writes
+// exactly the held codec's fields, so a worker using any{int8_block{}} agrees with one
+// using int8_block{}.
 struct any {
-    using variant_type =
-        std::variant<fp32, bf16, fp16, fp8_e4m3, fp8_e5m2, fp8_block, int8_block, int4_block, sign2_block>;
+    using variant_type = registry::apply<std::variant>;
     static constexpr const char* name = "any";
     variant_type held = fp32{};
 
@@ -32,6 +32,14 @@ struct any {
     template <class C>
         requires std::is_constructible_v<variant_type, C>
     any(C c) : held(std::move(c)) {} // NOLINT(google-explicit-constructor): a codec is an any
+
+    // The registered codec of that name with its default fields: from_name("int8") holds
+    // int8_block{}. Throws invalid_argument listing the registered names for any other.
+    static any from_name(std::string_view codec_name) {
+        return visit_name<registry>(codec_name, "codec", [](auto c) -> any { return typename decltype(c)::type{}; });
+    }
+    // The registered names, in the registry's order.
+    static constexpr const auto& names() { return names_of<registry>(); }
 
     const char* held_name() const {
         return std::visit([](const auto& c) { return std::remove_cvref_t<decltype(c)>::name; }, held);

@@ -1,6 +1,6 @@
-// trickle/schedule/any.hpp: a schedule chosen at run time among the built-in ones.
+// trickle/schedule/any.hpp: a schedule chosen at run time among the registered ones (schedule/registry.hpp).
 //
-// sparta<Sampler, schedule::any, Topology> is one instantiation that serves every built-in
+// sparta<Sampler, schedule::any, Topology> is one instantiation that serves every registered
 // schedule, so a binding (Python, a command line) can pick one by name without compiling
 // every combination of templates. It costs one std::variant visit per call of fraction()
 // (once per exchange), never one per value. describe() emits exactly the fields of the
@@ -10,9 +10,12 @@
 
 #include <trickle/config.hpp>
 #include <trickle/core/config_record.hpp>
+#include <trickle/core/type_list.hpp>
+#include <trickle/schedule/registry.hpp>
 #include <trickle/schedule/schedule.hpp>
 
 #include <cstdint>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 #include <variant>
@@ -28,15 +31,15 @@ inline constexpr bool schedule_in_variant<S, std::variant<A...>> = (std::is_same
 
 namespace schedule {
 
-// Holds one of constant, linear, cosine, piecewise, warmup<constant>, warmup<linear> and
-// warmup<cosine> (constant by default), and forwards every member of the schedule concept
-// to it:
+// Holds one of the registered schedules or a warm-up into one of the warmed ones
+// (schedule/registry.hpp: constant, linear, cosine, piecewise, warmup<constant>,
+// warmup<linear> and warmup<cosine>; constant by default), and forwards every member of
+// the schedule concept to it:
 //   schedule::any s = schedule::cosine{.end_fraction = 0.001, .steps = 100};
 //   s.fraction(t, base) == schedule::cosine{...}.fraction(t, base)
 class any {
 public:
-    using variant_type =
-        std::variant<constant, linear, cosine, piecewise, warmup<constant>, warmup<linear>, warmup<cosine>>;
+    using variant_type = type_list_cat_t<registry, type_list_map_t<warmup, warmed>>::apply<std::variant>;
 
     // Whether S is one of the schedules any can hold.
     template <class S>
@@ -50,6 +53,15 @@ public:
     template <class S>
         requires holds_type<std::remove_cvref_t<S>>
     any(S&& s) : held_(std::forward<S>(s)) {}
+
+    // The registered schedule of that name with its default fields: from_name("cosine")
+    // holds cosine{}. Throws invalid_argument listing the registered names for any other
+    // ("warmup" too: a warm-up wraps a schedule, it is built as warmup<S>{...}).
+    static any from_name(std::string_view schedule_name) {
+        return visit_name<registry>(schedule_name, "schedule", [](auto s) -> any { return typename decltype(s)::type{}; });
+    }
+    // The registered names, in the registry's order.
+    static constexpr const auto& names() { return names_of<registry>(); }
 
     double fraction(std::uint64_t step, double base) const {
         return std::visit([&](const auto& s) -> double { return s.fraction(step, base); }, held_);

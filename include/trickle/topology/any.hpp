@@ -1,7 +1,7 @@
-// trickle/topology/any.hpp: a topology chosen at run time among the built-in ones.
+// trickle/topology/any.hpp: a topology chosen at run time among the registered ones (topology/registry.hpp).
 //
 // sparta<Sampler, Schedule, topology::any> (and diloco<Outer, topology::any>) is one
-// instantiation that serves every built-in topology, so a binding (Python, a command line)
+// instantiation that serves every registered topology, so a binding (Python, a command line)
 // can pick one by name without compiling every combination of templates. It costs one
 // std::variant visit per exchange, never one per value. reduce() is the held topology's,
 // bit for bit and byte for byte; describe() emits exactly the held topology's fields, so a
@@ -15,16 +15,14 @@
 
 #include <trickle/config.hpp>
 #include <trickle/core/config_record.hpp>
+#include <trickle/core/type_list.hpp>
 #include <trickle/exec/workspace.hpp>
-#include <trickle/topology/all_reduce.hpp>
-#include <trickle/topology/exponential.hpp>
-#include <trickle/topology/gossip.hpp>
-#include <trickle/topology/islands.hpp>
-#include <trickle/topology/ring.hpp>
+#include <trickle/topology/registry.hpp>
 #include <trickle/topology/topology.hpp>
 
 #include <algorithm>
 #include <cstddef>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 #include <variant>
@@ -58,12 +56,13 @@ inline constexpr int variant_scratch_count<std::variant<A...>> = std::max({0, to
 
 namespace topology {
 
-// Holds one of all_reduce, ring, gossip, exponential and islands (all_reduce by default)
-// and forwards reduce() and describe() to it:
+// Holds one of the registered topologies (topology/registry.hpp: all_reduce, ring,
+// gossip, exponential and islands; all_reduce by default) and forwards reduce() and
+// describe() to it:
 //   topology::any t = topology::islands{.size = 3};
 class any {
 public:
-    using variant_type = std::variant<all_reduce, ring, gossip, exponential, islands>;
+    using variant_type = registry::apply<std::variant>;
 
     // Whether T is one of the topologies any can hold.
     template <class T>
@@ -82,6 +81,15 @@ public:
     template <class T>
         requires holds_type<std::remove_cvref_t<T>>
     any(T&& t) : held_(std::forward<T>(t)) {}
+
+    // The registered topology of that name with its default fields: from_name("islands")
+    // holds islands{} (islands of 2). Throws invalid_argument listing the registered names
+    // for any other.
+    static any from_name(std::string_view topology_name) {
+        return visit_name<registry>(topology_name, "topology", [](auto t) -> any { return typename decltype(t)::type{}; });
+    }
+    // The registered names, in the registry's order.
+    static constexpr const auto& names() { return names_of<registry>(); }
 
     // The held topology's reduce(), given the context when it takes one.
     template <class Exec, class Comm, class Space>

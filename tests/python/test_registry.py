@@ -1,0 +1,160 @@
+"""Every registered policy name reachable from Python (world size 1, gloo over a FileStore).
+
+    build/pyenv/bin/python tests/python/test_registry.py
+
+The package's lists of names (trickle.SAMPLERS, SCHEDULES, TOPOLOGIES, CODECS,
+OUTER_OPTIMIZERS) are the C++ registries (include/trickle/*/registry.hpp) as the extension
+hands them over; each name is accepted by the algorithm that takes it, builds and steps,
+and reaches a distinct C++ policy: a state saved under one name loads under the same name
+and is refused (as another configuration) under every other. Exits non-zero when a test
+fails. TRICKLE_TEST_ONLY=substring runs only the tests whose name contains it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+from harness import expect_raises  # noqa: E402
+
+import trickle  # noqa: E402
+from trickle import _C  # noqa: E402
+
+
+def make_model(seed: int = 0) -> nn.Module:
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(6, 8), nn.Tanh(), nn.Linear(8, 3))
+
+
+# Each family: the keyword its names are passed as, the algorithm that takes it, and the
+# package's list of its names.
+FAMILIES = {
+    "sampler": ("sampler", trickle.SPARTA, trickle.SAMPLERS),
+    "schedule": ("schedule", trickle.SPARTA, trickle.SCHEDULES),
+    "topology": ("topology", trickle.SPARTA, trickle.TOPOLOGIES),
+    "codec": ("codec", trickle.SPARTA, trickle.CODECS),
+    "outer": ("outer", trickle.DiLoCo, trickle.OUTER_OPTIMIZERS),
+}
+
+
+def extra_options(family: str, name: str) -> dict:
+    """What a policy needs besides its name to be built on one worker."""
+    keys = _C.policy_options[family][name]
+    out = {}
+    if "points" in keys:
+        out["points"] = [(2, 0.25), (4, 0.5)]
+    if "island_size" in keys:
+        out["island_size"] = 1  # one worker: an island of one
+    return out
+
+
+def build(family: str, name: str, **more):
+    """The algorithm of `family` with the policy `name`: SPARTA averaging half the
+    parameters at every step, or DiLoCo with an outer step every 2 steps."""
+    key, cls, _ = FAMILIES[family]
+    options = {key: name, **extra_options(family, name), **more}
+    if cls is trickle.SPARTA:
+        options.setdefault("fraction", 0.5)
+    else:
+        options.setdefault("interval", 2)
+    return cls(make_model(), **options)
+
+
+def test_names_are_the_registries():
+    for family, (_, _, names) in FAMILIES.items():
+        assert isinstance(names, tuple) and names, family
+        assert names == tuple(_C.registry[family]), (family, names, _C.registry[family])
+        assert tuple(_C.policy_options[family]) == names, family
+        assert len(set(names)) == len(names), names
+        assert all(isinstance(n, str) and n and "-" not in n for n in names), names
+    assert set(_C.registry) == set(FAMILIES)
+    assert "CODECS" in trickle.__all__
+    # The built-in policies are there, spelled as the C++ policies spell them.
+    for family, name in [("codec", "fp8_e4m3"), ("topology", "all_reduce"), ("schedule", "piecewise"),
+                         ("sampler", "layerwise"), ("outer", "nesterov")]:
+        assert name in _C.registry[family], (family, name)
+
+
+def test_every_name_builds_and_steps():
+    for family, (key, _, names) in FAMILIES.items():
+        for name in names:
+            a = build(family, name)
+            assert a.options[key] == name, (family, name, a.options)
+            for _ in range(4):
+                a.step()
+            assert a.stats.steps == 4, (family, name, a.stats)
+
+
+def test_every_name_is_a_distinct_policy_in_cpp():
+    # The configuration hash in a state covers the policy: the same name loads, any other
+    # is refused, so no two names reach the same C++ policy and none is dropped on the way.
+    for family, (_, _, names) in FAMILIES.items():
+        states = {}
+        for name in names:
+            a = build(family, name, broadcast_initial=False)
+            a.step()
+            states[name] = a.state_dict()
+        for name in names:
+            b = build(family, name, broadcast_initial=False)
+            b.load_state_dict(states[name])
+            for other in names:
+                if other != name:
+                    expect_raises(ValueError, lambda: b.load_state_dict(states[other]), "different configuration")
+
+
+def test_unknown_names_list_the_registered_ones():
+    m = make_model()
+    for family, (key, cls, names) in FAMILIES.items():
+        e = expect_raises(ValueError, lambda: cls(m, **{key: "no_such_policy"}), f"unknown {key} 'no_such_policy'")
+        assert ", ".join(names) in str(e), (family, str(e))
+    # One spelling: trickle-sim's deprecated '-' aliases are not names here.
+    expect_raises(ValueError, lambda: trickle.SPARTA(m, codec="fp8-e4m3"), "unknown codec", "fp8_e4m3")
+    expect_raises(ValueError, lambda: trickle.SPARTA(m, topology="all-reduce"), "unknown topology", "all_reduce")
+
+
+def test_keywords_apply_to_the_policies_that_take_them():
+    m = make_model()
+    # momentum applies to the optimizers with a momentum field, named from the registry.
+    taking = [n for n in trickle.OUTER_OPTIMIZERS if "momentum" in _C.policy_options["outer"][n]]
+    assert "momentum" in taking and "nesterov" in taking and "adam" not in taking, taking
+    for name in trickle.OUTER_OPTIMIZERS:
+        if name not in taking:
+            expect_raises(ValueError, lambda: trickle.DiLoCo(m, outer=name, momentum=0.5), "momentum applies to",
+                          *[repr(t) for t in taking])
+        if "outer_lr" not in _C.policy_options["outer"][name]:
+            expect_raises(ValueError, lambda: trickle.DiLoCo(m, outer=name, outer_lr=0.5), "no learning rate")
+    for name in trickle.SCHEDULES:
+        if "warmup_steps" not in _C.policy_options["schedule"][name]:
+            expect_raises(ValueError, lambda: trickle.SPARTA(m, schedule=name, warmup_steps=3,
+                                                             **extra_options("schedule", name)), "warmup_steps")
+        else:
+            trickle.SPARTA(m, schedule=name, warmup_steps=3, **extra_options("schedule", name)).step()
+
+
+TESTS = [
+    test_names_are_the_registries,
+    test_every_name_builds_and_steps,
+    test_every_name_is_a_distinct_policy_in_cpp,
+    test_unknown_names_list_the_registered_ones,
+    test_keywords_apply_to_the_policies_that_take_them,
+]
+
+
+def main() -> int:
+    torch.set_num_threads(1)
+    with tempfile.TemporaryDirectory() as d:
+        dist.init_process_group("gloo", init_method="file://" + os.path.join(d, "store"), rank=0, world_size=1)
+        status = harness.run(TESTS, "test_registry")
+        dist.destroy_process_group()
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
