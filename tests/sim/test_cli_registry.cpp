@@ -130,7 +130,8 @@ TEST_CASE("cli registry: the policy built from each parsed name is the policy of
     const sim_config s = parse({"--strategy", "sparta", "--sampler", "block", "--block-size", "8"});
     CHECK(std::get<trickle::sampler::block>(make_sampler(s)).block_size == 8);
     const sim_config o = parse({"--strategy", "diloco", "--outer", "momentum", "--outer-lr", "0.3", "--outer-momentum", "0.5"});
-    const auto& m = std::get<scheduled<trickle::outer::momentum>>(make_outer(o)).optimizer;
+    const auto outer = make_outer(o); // (kept: m refers into it)
+    const auto& m = std::get<scheduled<trickle::outer::momentum>>(outer).optimizer;
     CHECK(m.lr == 0.3);
     CHECK(m.momentum == 0.5);
 }
