@@ -88,7 +88,7 @@ public:
         if constexpr (!on_device) {
             flat_ = flat_params<T, Space>(group);
             sum_.assign(flat_.total(), 0.0f);
-            dense_per_step_ = detail::all_reduce_bytes(flat_.total(), sizeof(float), comm_.size(), comm_.rank());
+            dense_per_step_ = detail::dense_bytes_of(comm_, flat_.total());
             if (options_.broadcast_initial)
                 stats_.initial = detail::broadcast_group_host(comm_, flat_.view(), flat_.total(), sum_.data());
         }

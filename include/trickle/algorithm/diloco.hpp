@@ -268,7 +268,7 @@ public:
     // The global state every replica shares: the snapshot, the outer optimizer's state and
     // the round counters; the step counter travels to joiners too.
     void view_changed() {
-        dense_per_step_ = detail::all_reduce_bytes(n_, sizeof(float), comm_.size(), comm_.rank());
+        dense_per_step_ = detail::dense_bytes_of(comm_, n_);
         route_.view_changed(comm_);
     }
 
@@ -372,7 +372,7 @@ private:
     void prepare(const param_group<T, Space>& group) {
         n_ = group.total_size();
         ex_ = detail::place_group(comm_, group, kind, flat_, ws_, options_.device_pool);
-        dense_per_step_ = detail::all_reduce_bytes(n_, sizeof(float), comm_.size(), comm_.rank());
+        dense_per_step_ = detail::dense_bytes_of(comm_, n_);
         state_floats_ = outer_state_floats<Outer>(n_);
         const detail::fragment_config frag = detail::fragments_of(options_);
         const std::size_t slot0 =
@@ -533,7 +533,8 @@ private:
             const auto rule = outer_.prepare(++outer_t_);
             detail::stream_pass(ex, view, tile_seg_.data(), 0, n_, update_body(buf, 0, n_, rule));
         }
-        count_exchange(comm_.traffic() - before, route_.parts_sent(comm_, n_, comm_.traffic() - before), n_);
+        const traffic_counters last = comm_.traffic() - before;
+        count_exchange(last, route_.parts_sent(comm_, n_, last), n_);
     }
 
     // The outer step through the codec with the passes fused into the encoding and the

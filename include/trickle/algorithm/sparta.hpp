@@ -262,7 +262,7 @@ public:
     // The state every replica shares: the step and exchange counters and the sampler's
     // state; a joiner also takes the donor's parameters.
     void view_changed() {
-        dense_per_step_ = detail::all_reduce_bytes(flat_.total(), sizeof(float), comm_.size(), comm_.rank());
+        dense_per_step_ = detail::dense_bytes_of(comm_, flat_.total());
         route_.view_changed(comm_);
     }
 
@@ -318,7 +318,7 @@ private:
     // Then the replica state's sections.
     void prepare(const param_group<T, Space>& group) {
         ex_ = detail::place_group(comm_, group, kind, flat_, ws_, options_.device_pool);
-        dense_per_step_ = detail::all_reduce_bytes(group.total_size(), sizeof(float), comm_.size(), comm_.rank());
+        dense_per_step_ = detail::dense_bytes_of(comm_, group.total_size());
         const double pmax = detail::schedule_max_fraction(schedule_, options_.fraction);
         capacity_ = detail::selection_capacity(sampler_, pmax, flat_.total());
         ws_.reserve(0, capacity_);

@@ -281,8 +281,7 @@ private:
         if (!f.flight.async) return;
         f.flight.request.wait();
         f.flight.async = false;
-        const std::uint64_t bytes = all_reduce_bytes(f.count + 1, sizeof(float), e.comm_.size(), e.comm_.rank());
-        f.flight.traffic = traffic_counters{bytes, bytes, 1};
+        f.flight.traffic = started_all_reduce_traffic(e.comm_, f.count + 1);
         f.flight.parts = codec::wire_parts{};
     }
 

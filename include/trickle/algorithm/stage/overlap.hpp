@@ -11,6 +11,7 @@
 // gather and scatter bodies, the route and the accounting.
 #pragma once
 
+#include <trickle/algorithm/detail/common.hpp>
 #include <trickle/comm/request.hpp>
 #include <trickle/algorithm/stats.hpp>
 #include <trickle/config.hpp>
@@ -75,8 +76,7 @@ public:
         pending_exchange& p = *pending_;
         if (p.async) {
             p.request.wait();
-            const std::uint64_t bytes = all_reduce_bytes(p.count, sizeof(float), e.comm_.size(), e.comm_.rank());
-            p.traffic = traffic_counters{bytes, bytes, 1};
+            p.traffic = started_all_reduce_traffic(e.comm_, p.count);
         }
         float* buf = e.ws_.get(0, p.count);
         float* now = gathered_.data() + capacity_;

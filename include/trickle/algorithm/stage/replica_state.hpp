@@ -130,8 +130,6 @@ public:
     }
     // The configuration hash checkpoints and transfers carry (config_record::serialize, fnv1a).
     void set_config_hash(std::uint64_t h) { config_hash_ = h; }
-    std::uint64_t config_hash() const { return config_hash_; }
-    const std::string& kind() const { return kind_; }
 
     // ---- The checkpoint.
     void save(std::ostream& os) const {

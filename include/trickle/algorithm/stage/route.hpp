@@ -97,7 +97,6 @@ public:
     bool summed() const { return summed_; }
     bool feedback() const { return feedback_; }
     bool all_reduce() const { return is_all_reduce(topology_); }
-    const Topology& topology() const { return topology_; }
     const Wire& codec() const { return codec_; }
 
     // The rounding of exchange `round` (stochastic rounding's words are keyed by it).
