@@ -525,10 +525,8 @@ private:
             const auto view = flat_.view();
             detail::stream_pass(ex, view, tile_seg_.data(), 0, n_, delta_body(buf, 0, n_, w));
             if (options_.prune_fraction > 0.0) prune(ex, buf);
-            if constexpr (std::is_same_v<Exec, exec::cuda>)
-                if (route_.encoded() && options_.stochastic_rounding)
-                    detail::refuse_capture(ex, "diloco::step: stochastic rounding draws new words at every outer step, "
-                                               "which a captured CUDA graph would replay unchanged");
+            route_.refuse_capture_if_stochastic(ex, "diloco::step: stochastic rounding draws new words at every outer "
+                                                    "step, which a captured CUDA graph would replay unchanged");
             exchange(ex, buf, 0, n_);
             const auto rule = outer_.prepare(++outer_t_);
             detail::stream_pass(ex, view, tile_seg_.data(), 0, n_, update_body(buf, 0, n_, rule));

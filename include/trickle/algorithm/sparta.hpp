@@ -443,10 +443,8 @@ private:
         float* buf = ws_.get(0, count);
         const traffic_counters before = comm_.traffic();
         gather(ex, sel, buf);
-        if constexpr (std::is_same_v<Exec, exec::cuda>)
-            if (route_.encoded() && options_.stochastic_rounding)
-                detail::refuse_capture(ex, "sparta::step: stochastic rounding draws new words at every exchange, "
-                                           "which a captured CUDA graph would replay unchanged");
+        route_.refuse_capture_if_stochastic(ex, "sparta::step: stochastic rounding draws new words at every exchange, "
+                                                "which a captured CUDA graph would replay unchanged");
         const int group = reduce(ex, buf, count);
         scatter(ex, sel, buf, 1.0f / static_cast<float>(group));
         count_exchange(comm_.traffic() - before, count);

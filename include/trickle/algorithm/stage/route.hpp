@@ -20,6 +20,7 @@
 #pragma once
 
 #include <trickle/algorithm/detail/codec.hpp>
+#include <trickle/algorithm/detail/device.hpp>
 #include <trickle/algorithm/stats.hpp>
 #include <trickle/codec/codec.hpp>
 #include <trickle/codec/link.hpp>
@@ -98,6 +99,15 @@ public:
     bool feedback() const { return feedback_; }
     bool all_reduce() const { return is_all_reduce(topology_); }
     const Wire& codec() const { return codec_; }
+
+    // Refuses (with `message`) to run inside a CUDA-graph capture when the route rounds
+    // stochastically: its words change at every exchange, and a replay would repeat them.
+    // Nothing on a host execution space.
+    template <class Exec>
+    void refuse_capture_if_stochastic(const Exec& ex, const char* message) const {
+        if constexpr (std::is_same_v<Exec, exec::cuda>)
+            if (encoded_ && stochastic_) refuse_capture(ex, message);
+    }
 
     // The rounding of exchange `round` (stochastic rounding's words are keyed by it).
     codec::rounding rounding(std::uint64_t round) const { return codec::rounding{stochastic_, seed_, round}; }
