@@ -528,6 +528,7 @@ private:
             route_.refuse_capture_if_stochastic(ex, "diloco::step: stochastic rounding draws new words at every outer "
                                                     "step, which a captured CUDA graph would replay unchanged");
             exchange(ex, buf, 0, n_);
+            protocol::commit(comm_);
             const auto rule = outer_.prepare(++outer_t_);
             detail::stream_pass(ex, view, tile_seg_.data(), 0, n_, update_body(buf, 0, n_, rule));
         }

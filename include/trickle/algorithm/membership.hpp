@@ -221,6 +221,15 @@ struct round_protocol<Comm, true> {
         comm::membership_change admitted = comm.join();
         return elastic_round(comm, e, ms, min_workers, std::move(admitted), kind, std::forward<Round>(round));
     }
+    // An engine calls this after a round's collectives and before the round changes any
+    // state. A communicator whose collectives can complete on some survivors of a failure
+    // and not on others (comm::elastic_group: processes over Gloo) votes there, so that
+    // the round is applied by every member or by none (a failed vote throws peer_failure,
+    // and the round is rolled back and redone like any failed round); over
+    // comm::elastic_local a failure aborts the whole epoch's world, so nothing is needed.
+    static void commit(Comm& comm) {
+        if constexpr (requires { comm.commit(); }) comm.commit();
+    }
 };
 
 } // namespace detail

@@ -446,6 +446,7 @@ private:
         route_.refuse_capture_if_stochastic(ex, "sparta::step: stochastic rounding draws new words at every exchange, "
                                                 "which a captured CUDA graph would replay unchanged");
         const int group = reduce(ex, buf, count);
+        protocol::commit(comm_);
         scatter(ex, sel, buf, 1.0f / static_cast<float>(group));
         count_exchange(comm_.traffic() - before, count);
     }

@@ -68,6 +68,9 @@ public:
     traffic_counters traffic() const { return traffic_; }
     void synchronize() {}
     const c10::intrusive_ptr<c10d::ProcessGroup>& group() const { return group_; }
+    // Whether an operation failed in the backend (a dead or silent peer, a timeout), as
+    // opposed to ranks that disagreed on their arguments: comm::elastic_group reads it.
+    bool backend_failed() const { return backend_failed_; }
 
     // In place: data = elementwise sum over ranks, the same bits on every rank (see above).
     void all_reduce_sum(float* data, std::size_t n) {
@@ -147,6 +150,7 @@ public:
                 if (out) out->wait();
                 if (in) in->wait();
             } catch (const std::exception& e) {
+                backend_failed_ = true;
                 throw comm_error(detail::concat("comm::process_group send_recv: ", backend_name(), ": ", what(e)));
             }
         }
@@ -208,6 +212,7 @@ private:
             auto work = start();
             work->wait();
         } catch (const std::exception& e) {
+            backend_failed_ = true;
             throw comm_error(detail::concat("comm::process_group ", op, ": ", backend_name(), ": ", what(e)));
         }
     }
@@ -280,6 +285,7 @@ private:
     int size_ = 1;
     traffic_counters traffic_{};
     std::vector<float> scratch_;
+    bool backend_failed_ = false;
 };
 
 static_assert(byte_communicator<process_group>);

@@ -35,6 +35,8 @@ struct round_protocol {
     static bool join(Comm&, Engine&, membership_stats&, int, const char* kind, Round&&) {
         throw invalid_argument(concat(kind, ": join needs an elastic communicator (comm::elastic_local)"));
     }
+    // Between a round's collectives and the first change of state (see membership.hpp).
+    static void commit(Comm&) {}
 };
 
 // Defined by algorithm/membership.hpp.

@@ -1,0 +1,575 @@
+// trickle/torch/elastic_group.hpp: comm::elastic_group, an elastic communicator across
+// processes and machines, its view in a torch.distributed key-value store (c10d::TCPStore)
+// and each epoch's collectives on a Gloo process group made for that epoch.
+//
+// Part of the trickle::torch component. It satisfies comm::elastic_communicator, so SPARTA,
+// DiLoCo and SPARTA + DiLoCo run over it the protocol they run over comm::elastic_local
+// (algorithm/membership.hpp, docs/elastic.md), unchanged. Nothing in it is a transport or
+// a consensus service of its own: the view is agreed through the store's atomic
+// compare-and-set (one decision per renewal, whoever writes first), and the bytes move
+// through c10d's ProcessGroupGloo, wrapped in comm::process_group (so the bits are
+// comm::local's and the byte counts the same cost model's).
+//
+// Workers have stable ids >= 0. The first incarnation of ids 0 .. initial-1 forms epoch 0;
+// any other process (a new id, or a restarted one with its old id) is outside the view
+// until it join()s. Keys, under "<job>/" in the store:
+//   inc/<id>           the incarnation counter of worker id (add: a restart or a leave
+//                      bumps it, so a renewal stops waiting for the old incarnation)
+//   r/<e>/<k>/...      the k-th renewal of epoch e: arrivals, their count, the decision
+//   j/n, j/<i>         the queue of join requests ("id incarnation")
+//   adm/<id>/<inc>     a joiner's admission (the decision that admitted it)
+//   b/<e>              epoch e saw a failure: the next renewal opens a new epoch
+//   c/<e>/<k>/...      the k-th commit vote of epoch e
+//   g/<e>/...          the Gloo rendezvous of epoch e's process group
+//
+// Failures. A peer that dies (SIGKILL, a lost machine) while others are in a collective
+// closes its sockets, so Gloo fails their operation at once; one that stops answering
+// fails it after the timeout. Either way the survivors throw trickle::peer_failure,
+// marking the epoch broken and destroying its process group, which unblocks any peer
+// still waiting on them. At the next renew() they drop every member that does not arrive
+// within the timeout (or whose incarnation changed) and form a new epoch's group.
+//
+// Commit. Across processes a collective is not all-or-nothing: a peer can die after some
+// survivors received its data and before others did. The engines therefore call commit()
+// (through the round protocol) after a round's collectives and before it changes any
+// state: a vote in the store that succeeds on every member or on none, so a round is
+// applied by every survivor or by none, as over comm::elastic_local.
+#pragma once
+
+#include <trickle/comm/communicator.hpp>
+#include <trickle/comm/view.hpp>
+#include <trickle/config.hpp>
+#include <trickle/core/memory_space.hpp>
+#include <trickle/error.hpp>
+#include <trickle/torch/process_group.hpp>
+
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+TRICKLE_NAMESPACE_BEGIN
+
+namespace comm {
+
+// Connects to the key-value store that holds the elastic view (a c10d::TCPStore hosted
+// by the launcher, by `trickle-store`, or by `python3 -m trickle.store`). Throws
+// comm_error naming the address when no store answers within `timeout`.
+inline c10::intrusive_ptr<c10d::Store> connect_store(const std::string& host, int port,
+                                                     std::chrono::milliseconds timeout = std::chrono::seconds(30)) {
+    require(!host.empty(), "comm::connect_store: the host is empty");
+    require(port > 0 && port < 65536, "comm::connect_store: port ", port, " out of range [1, 65535]");
+    require(timeout.count() > 0, "comm::connect_store: the timeout must be > 0 ms, got ", timeout.count());
+    c10d::TCPStoreOptions o;
+    o.port = static_cast<std::uint16_t>(port);
+    o.isServer = false;
+    o.waitWorkers = false;
+    o.timeout = timeout;
+    try {
+        return c10::make_intrusive<c10d::TCPStore>(host, o);
+    } catch (const std::exception& e) {
+        const auto* c = dynamic_cast<const c10::Error*>(&e);
+        throw comm_error(detail::concat("comm::connect_store: no store answered at ", host, ":", port, " within ",
+                                        timeout.count(), " ms (start one: trickle-store --port ", port,
+                                        ", or python3 -m trickle.store --port ", port, "): ",
+                                        c ? c->what_without_backtrace() : e.what()));
+    }
+}
+
+// Hosts a store in this process (the launcher's, or trickle-store's): a c10d::TCPStore
+// server on `port` (0: any free port; port() of the result says which).
+inline c10::intrusive_ptr<c10d::TCPStore> host_store(int port, std::chrono::milliseconds timeout = std::chrono::seconds(30)) {
+    require(port >= 0 && port < 65536, "comm::host_store: port ", port, " out of range [0, 65535]");
+    c10d::TCPStoreOptions o;
+    o.port = static_cast<std::uint16_t>(port);
+    o.isServer = true;
+    o.waitWorkers = false;
+    o.timeout = timeout;
+    try {
+        return c10::make_intrusive<c10d::TCPStore>("127.0.0.1", o);
+    } catch (const std::exception& e) {
+        const auto* c = dynamic_cast<const c10::Error*>(&e);
+        throw comm_error(detail::concat("comm::host_store: cannot serve a store on port ", port, ": ",
+                                        c ? c->what_without_backtrace() : e.what()));
+    }
+}
+
+struct elastic_group_options {
+    // Ids 0 .. initial-1 (their first incarnations) form epoch 0; required >= 1, the same
+    // on every worker.
+    int initial = 0;
+    // How long a collective waits for a peer, a renewal for the view's members after this
+    // worker arrived, and a commit vote for the others' votes; > 0.
+    std::chrono::milliseconds timeout{10000};
+    // Prefix of every key (several jobs may share one store).
+    std::string job = "trickle";
+    // The address Gloo listens on ("": the machine's hostname, as c10d's default device).
+    std::string hostname;
+};
+
+// One worker's handle (see the file's comment): a trickle::communicator and
+// byte_communicator over host memory, rank and size those of its current view.
+class elastic_group {
+public:
+    using memory_space = host_space;
+
+    elastic_group(c10::intrusive_ptr<c10d::Store> store, int id, elastic_group_options o) : o_(std::move(o)), id_(id) {
+        require(store.defined(), "comm::elastic_group: the store is null");
+        require(id >= 0, "comm::elastic_group: the worker id must be >= 0, got ", id);
+        require(o_.initial >= 1, "comm::elastic_group: options.initial (the workers of epoch 0) must be >= 1, got ",
+                o_.initial);
+        require(o_.timeout.count() > 0, "comm::elastic_group: the timeout must be > 0 ms (a dead peer must never ",
+                "hang its survivors), got ", o_.timeout.count());
+        require(!o_.job.empty() && o_.job.find('/') == std::string::npos,
+                "comm::elastic_group: the job name must be non-empty and without '/', got '", o_.job, "'");
+        user_store_ = store;
+        store_ = c10::make_intrusive<c10d::PrefixStore>(o_.job, std::move(store));
+        inc_ = store_op("register", [&] { return store_->add(key("inc/", id_), 1); });
+        if (inc_ == 1 && id_ < o_.initial) {
+            view v;
+            for (int i = 0; i < o_.initial; ++i) v.members.push_back({i, 1});
+            membership_change ch;
+            ch.members = v.ids();
+            adopt(v, ch, "comm::elastic_group");
+        }
+    }
+
+    elastic_group(const elastic_group&) = delete;
+    elastic_group& operator=(const elastic_group&) = delete;
+
+    ~elastic_group() {
+        try {
+            pg_.reset();
+        } catch (...) {
+        }
+    }
+
+    // Whether this worker is a member of the current view: an initial member's first
+    // incarnation, or a joiner once admitted. A worker that is not calls join().
+    bool member() const { return pg_ != nullptr && !dead_; }
+    int id() const { return id_; }
+    std::int64_t incarnation() const { return inc_; }
+    std::uint64_t epoch() const { return view_.epoch; }
+    int rank() const { return rank_; }
+    int size() const { return static_cast<int>(view_.members.size()); }
+    std::vector<int> members() const { return view_.ids(); }
+    const membership_change& last_change() const { return last_; }
+    std::chrono::milliseconds timeout() const { return o_.timeout; }
+    // Join requests queued and not yet taken by a renewal of this worker's view (for
+    // drivers and tests, as elastic_local_world::joiners_waiting).
+    int joiners_queued() {
+        return static_cast<int>(store_op("joiners_queued", [&] { return store_->add("j/n", 0); }) - view_.consumed);
+    }
+    traffic_counters traffic() const {
+        traffic_counters t = before_;
+        if (pg_) t += pg_->traffic();
+        return t;
+    }
+    void synchronize() {}
+
+    void all_reduce_sum(float* data, std::size_t n) {
+        guard("all_reduce_sum", [&] { pg_->all_reduce_sum(data, n); });
+    }
+    void all_gather_bytes(const void* send, void* recv, std::size_t bytes) {
+        guard("all_gather_bytes", [&] { pg_->all_gather_bytes(send, recv, bytes); });
+    }
+    void all_gather(const void* send, void* recv, std::size_t bytes) {
+        guard("all_gather", [&] { pg_->all_gather(send, recv, bytes); });
+    }
+    void all_to_all(const void* send, void* recv, std::size_t bytes) {
+        guard("all_to_all", [&] { pg_->all_to_all(send, recv, bytes); });
+    }
+    void send_recv(const float* send, std::size_t n, int dst, float* recv, std::size_t m, int src) {
+        guard("send_recv", [&] { pg_->send_recv(send, n, dst, recv, m, src); });
+    }
+    void broadcast(float* data, std::size_t n, int root) {
+        guard("broadcast", [&] { pg_->broadcast(data, n, root); });
+    }
+    void barrier() {
+        guard("barrier", [&] { pg_->barrier(); });
+    }
+
+    // Collective over the view: the next view. Closes when every member of the view has
+    // arrived (or its incarnation ended: it restarted or left), or `timeout` after this
+    // worker arrived; drops the members that did not arrive, admits the join requests
+    // queued so far, and opens a new epoch (a new process group) when anything changed or
+    // the epoch saw a failure. Throws peer_failure when this worker was dropped (it arrived
+    // after the renewal closed): it must join() again through a new handle.
+    membership_change renew() {
+        check_usable("renew");
+        const std::string R = detail::concat("r/", view_.epoch, "/", renewals_, "/");
+        const auto deadline = clock::now() + o_.timeout;
+        std::string d = store_op("renew", [&] {
+            store_->set(R + "a/" + std::to_string(id_), bytes("1"));
+            std::int64_t n = store_->add(R + "n", 1);
+            for (int round = 0;; pause(round)) {
+                if (store_->check({R + "d"})) return text(store_->get(R + "d"));
+                const bool all = n >= static_cast<std::int64_t>(view_.members.size()) || all_present(R);
+                if (all || clock::now() >= deadline) return decide(R);
+                n = store_->add(R + "n", 0);
+            }
+        });
+        ++renewals_;
+        const view next = view::parse(d);
+        membership_change ch = change_to(next);
+        admit(next, ch);
+        store_op("renew", [&] {
+            store_->deleteKey(R + "a/" + std::to_string(id_));
+            return 0;
+        });
+        if (!next.has(id_)) {
+            drop();
+            throw peer_failure(detail::concat("comm::elastic_group renew: worker ", id_,
+                                              " was dropped from the membership (epoch ", next.epoch,
+                                              "); join again with a new handle"));
+        }
+        if (next.epoch != view_.epoch) adopt(next, ch, "comm::elastic_group renew");
+        else {
+            view_ = next;
+            last_ = ch;
+        }
+        return last_;
+    }
+
+    // A worker outside the view (new, or restarted with its old id) queues a join request
+    // and waits until a renewal admits it, at most `wait` (then comm_error; it withdraws
+    // its request by ending its incarnation, so join through a new handle to try again).
+    membership_change join(std::chrono::milliseconds wait = std::chrono::minutes(10)) {
+        if (member())
+            throw invalid_argument(detail::concat("comm::elastic_group join: worker ", id_, " is already a member"));
+        if (joined_ || dead_)
+            throw invalid_argument(detail::concat("comm::elastic_group join: worker ", id_,
+                                                  " already joined or left through this handle; use a new handle"));
+        joined_ = true;
+        const std::string A = detail::concat("adm/", id_, "/", inc_);
+        std::string d = store_op("join", [&] {
+            const std::int64_t i = store_->add("j/n", 1) - 1;
+            store_->set(detail::concat("j/", i), bytes(detail::concat(id_, " ", inc_)));
+            const auto deadline = clock::now() + wait;
+            for (int round = 0; !store_->check({A}); pause(round))
+                if (clock::now() >= deadline) {
+                    store_->add(key("inc/", id_), 1); // withdraw: a renewal ignores an ended incarnation
+                    dead_ = true;
+                    throw comm_error(detail::concat("comm::elastic_group join: worker ", id_,
+                                                    " was not admitted within ", wait.count(),
+                                                    " ms (no renewal of the view happened)"));
+                }
+            return text(store_->get(A));
+        });
+        const view next = view::parse(d);
+        adopt(next, change_to(next), "comm::elastic_group join");
+        return last_;
+    }
+
+    // This worker leaves for good: its incarnation ends (the next renewal does not wait for
+    // it) and its process group is destroyed (peers in a collective with it fail at once).
+    void leave() {
+        if (dead_) return;
+        drop();
+        try {
+            store_->add(key("inc/", id_), 1);
+        } catch (...) {
+        }
+    }
+
+    // The commit vote after a round's collectives (see the file's comment): returns when
+    // every member voted, throws peer_failure (the round must not be applied) when one did
+    // not within the timeout or the epoch saw a failure.
+    void commit() {
+        check_usable("commit");
+        if (!pg_)
+            throw peer_failure(detail::concat("comm::elastic_group commit: epoch ", view_.epoch, " is broken"));
+        const std::string C = detail::concat("c/", view_.epoch, "/", commits_, "/");
+        ++commits_;
+        if (size() == 1) return;
+        const auto deadline = clock::now() + o_.timeout;
+        const std::string d = store_op("commit", [&] {
+            const std::int64_t n = store_->add(C + "n", 1);
+            if (n >= static_cast<std::int64_t>(size())) return cas(C + "d", "1");
+            for (int round = 0;; pause(round)) {
+                if (store_->check({C + "d"})) return text(store_->get(C + "d"));
+                if (clock::now() >= deadline) return cas(C + "d", "0");
+            }
+        });
+        if (d != "1") {
+            mark_broken();
+            throw peer_failure(detail::concat("comm::elastic_group commit: epoch ", view_.epoch,
+                                              ": a peer failed before confirming the round (not applied)"));
+        }
+    }
+
+private:
+    using clock = std::chrono::steady_clock;
+
+    struct entry {
+        int id;
+        std::int64_t inc;
+    };
+    // A view, as a decision in the store writes it:
+    //   "<epoch> <joins consumed> <n> <id> <inc> ... <j> <joined ids> <l> <left ids>"
+    struct view {
+        std::uint64_t epoch = 0;
+        std::int64_t consumed = 0;
+        std::vector<entry> members;
+        std::vector<int> joined, left;
+        std::vector<int> ids() const {
+            std::vector<int> out;
+            for (const auto& m : members) out.push_back(m.id);
+            return out;
+        }
+        bool has(int id) const {
+            return std::any_of(members.begin(), members.end(), [&](const entry& m) { return m.id == id; });
+        }
+        std::string str() const {
+            std::ostringstream s;
+            s << epoch << ' ' << consumed << ' ' << members.size();
+            for (const auto& m : members) s << ' ' << m.id << ' ' << m.inc;
+            s << ' ' << joined.size();
+            for (int j : joined) s << ' ' << j;
+            s << ' ' << left.size();
+            for (int l : left) s << ' ' << l;
+            return s.str();
+        }
+        static view parse(const std::string& t) {
+            std::istringstream s(t);
+            view v;
+            std::size_t n = 0;
+            s >> v.epoch >> v.consumed >> n;
+            for (std::size_t i = 0; i < n && s; ++i) {
+                entry e{};
+                s >> e.id >> e.inc;
+                v.members.push_back(e);
+            }
+            s >> n;
+            for (std::size_t i = 0; i < n && s; ++i) {
+                int j = 0;
+                s >> j;
+                v.joined.push_back(j);
+            }
+            s >> n;
+            for (std::size_t i = 0; i < n && s; ++i) {
+                int l = 0;
+                s >> l;
+                v.left.push_back(l);
+            }
+            if (!s) throw comm_error(detail::concat("comm::elastic_group: a damaged view in the store: '", t, "'"));
+            return v;
+        }
+    };
+
+    static std::vector<std::uint8_t> bytes(const std::string& s) { return {s.begin(), s.end()}; }
+    static std::string text(const std::vector<std::uint8_t>& b) { return {b.begin(), b.end()}; }
+    template <class... A>
+    static std::string key(A&&... a) {
+        return detail::concat(std::forward<A>(a)...);
+    }
+
+    // A store operation; the store's own failures (unreachable, died) become comm_error
+    // naming the store: the elastic protocol cannot go on without it.
+    template <class Fn>
+    auto store_op(const char* op, Fn&& fn) -> decltype(fn()) {
+        try {
+            return fn();
+        } catch (const trickle::error&) {
+            throw;
+        } catch (const std::exception& e) {
+            const auto* c = dynamic_cast<const c10::Error*>(&e);
+            throw comm_error(detail::concat("comm::elastic_group ", op, ": worker ", id_,
+                                            ": the key-value store failed (is the store process alive?): ",
+                                            c ? c->what_without_backtrace() : e.what()));
+        }
+    }
+
+    // Waits a little before the caller looks again (polling with check(): c10d's
+    // TCPStore::wait with a timeout leaves its reply pending on the client when it times
+    // out, and changes the client's timeout, so it is not used for bounded waits). The
+    // pause grows from 0.1 ms to 2 ms while nothing changes.
+    void pause(int& round) {
+        const int us = std::min(100 << std::min(round, 5), 2000);
+        ++round;
+        std::this_thread::sleep_for(std::chrono::microseconds(us));
+    }
+
+    // Compare-and-set from absent: the value that won (ours, or the first writer's).
+    std::string cas(const std::string& k, const std::string& v) { return text(store_->compareSet(k, {}, bytes(v))); }
+
+    std::int64_t incarnation_of(int id) { return store_->add(key("inc/", id), 0); }
+
+    // Every member of the view arrived at renewal R or ended its incarnation.
+    bool all_present(const std::string& R) {
+        for (const auto& m : view_.members)
+            if (!store_->check({R + "a/" + std::to_string(m.id)}) && incarnation_of(m.id) == m.inc) return false;
+        return true;
+    }
+
+    // Closes renewal R: the members that arrived (their incarnation unchanged), the queued
+    // joiners whose incarnation is current; written once (the first writer wins).
+    std::string decide(const std::string& R) {
+        view next;
+        next.consumed = view_.consumed;
+        for (const auto& m : view_.members) {
+            if (store_->check({R + "a/" + std::to_string(m.id)}) && incarnation_of(m.id) == m.inc)
+                next.members.push_back(m);
+            else
+                next.left.push_back(m.id);
+        }
+        const std::int64_t queued = store_->add("j/n", 0);
+        for (std::int64_t i = next.consumed; i < queued; ++i) {
+            const std::string J = detail::concat("j/", i);
+            if (!store_->check({J})) break; // its writer is between add and set: the next renewal takes it
+            next.consumed = i + 1;
+            std::istringstream s(text(store_->get(J)));
+            entry e{};
+            s >> e.id >> e.inc;
+            if (!s || e.id < 0 || next.has(e.id) || incarnation_of(e.id) != e.inc) continue;
+            next.members.push_back(e);
+            next.joined.push_back(e.id);
+        }
+        std::sort(next.members.begin(), next.members.end(), [](const entry& a, const entry& b) { return a.id < b.id; });
+        std::sort(next.joined.begin(), next.joined.end());
+        const bool broken = store_->check({key("b/", view_.epoch)});
+        next.epoch = view_.epoch + ((!next.joined.empty() || !next.left.empty() || broken) ? 1 : 0);
+        return cas(R + "d", next.str());
+    }
+
+    membership_change change_to(const view& next) const {
+        membership_change ch;
+        ch.epoch = next.epoch;
+        ch.members = next.ids();
+        ch.joined = next.joined;
+        ch.left = next.left;
+        return ch;
+    }
+
+    // Every member that reads a decision admits its joiners (idempotent), so an admission
+    // does not depend on the one that wrote it staying alive.
+    void admit(const view& next, const membership_change&) {
+        if (next.joined.empty()) return;
+        store_op("renew", [&] {
+            const std::string d = next.str();
+            for (const auto& m : next.members)
+                if (std::find(next.joined.begin(), next.joined.end(), m.id) != next.joined.end())
+                    store_->set(detail::concat("adm/", m.id, "/", m.inc), bytes(d));
+            return 0;
+        });
+    }
+
+    // Takes view `v`: this epoch's process group, at this worker's place in it.
+    void adopt(const view& v, const membership_change& ch, const char* who) {
+        if (pg_) before_ += pg_->traffic();
+        pg_.reset();
+        view_ = v;
+        last_ = ch;
+        renewals_ = 0;
+        commits_ = 0;
+        const auto it = std::find_if(v.members.begin(), v.members.end(), [&](const entry& m) { return m.id == id_; });
+        rank_ = static_cast<int>(it - v.members.begin());
+        try {
+            auto opts = c10d::ProcessGroupGloo::Options::create(o_.timeout);
+            if (!device_)
+                device_ = o_.hostname.empty() ? c10d::ProcessGroupGloo::createDefaultDevice()
+                                              : c10d::ProcessGroupGloo::createDeviceForHostname(o_.hostname);
+            opts->devices.push_back(device_);
+            auto prefix = c10::make_intrusive<c10d::PrefixStore>(detail::concat("g/", v.epoch), rendezvous_store());
+            pg_ = std::make_unique<process_group>(
+                c10::make_intrusive<c10d::ProcessGroupGloo>(prefix, rank_, size(), opts));
+        } catch (const std::exception& e) {
+            const auto* c = dynamic_cast<const c10::Error*>(&e);
+            mark_broken();
+            throw peer_failure(detail::concat(who, ": worker ", id_, " could not form epoch ", v.epoch,
+                                              "'s process group (", size(), " workers) within ", o_.timeout.count(),
+                                              " ms: ", c ? c->what_without_backtrace() : e.what()));
+        }
+    }
+
+    // The store Gloo's rendezvous of an epoch uses: over a TCPStore, a client of its own
+    // (a rendezvous that times out leaves a reply pending on its client, which must not be
+    // the one the renewals use); another store (HashStore, in one process) as it is.
+    c10::intrusive_ptr<c10d::Store> rendezvous_store() {
+        if (const auto* tcp = dynamic_cast<const c10d::TCPStore*>(user_store_.get())) {
+            c10d::TCPStoreOptions t;
+            t.port = tcp->getPort();
+            t.isServer = false;
+            t.waitWorkers = false;
+            t.timeout = o_.timeout;
+            return c10::make_intrusive<c10d::PrefixStore>(o_.job, c10::make_intrusive<c10d::TCPStore>(tcp->getHost(), t));
+        }
+        return store_;
+    }
+
+    void check_usable(const char* op) const {
+        if (dead_)
+            throw peer_failure(detail::concat("comm::elastic_group ", op, ": worker ", id_,
+                                              " has left or was dropped; join again with a new handle"));
+        if (rank_ < 0)
+            throw invalid_argument(detail::concat("comm::elastic_group ", op, ": worker ", id_,
+                                                  " is not a member yet (call join())"));
+    }
+
+    // The epoch saw a failure: say so in the store (the next renewal opens a new epoch),
+    // fail any commit vote of this round, and destroy the process group (its sockets close,
+    // so peers blocked on this worker fail now instead of at their timeout).
+    void mark_broken() {
+        try {
+            store_->set(key("b/", view_.epoch), bytes("1"));
+            cas(detail::concat("c/", view_.epoch, "/", commits_, "/d"), "0");
+        } catch (...) {
+        }
+        if (pg_) before_ += pg_->traffic();
+        pg_.reset();
+    }
+
+    void drop() {
+        dead_ = true;
+        if (pg_) before_ += pg_->traffic();
+        pg_.reset();
+    }
+
+    template <class Fn>
+    void guard(const char* op, Fn&& fn) {
+        check_usable(op);
+        if (!pg_)
+            throw peer_failure(detail::concat("comm::elastic_group ", op, ": epoch ", view_.epoch,
+                                              " is broken (a peer failed); renew() first"));
+        try {
+            fn();
+        } catch (const comm_error& e) {
+            // The backend failed (a dead or silent peer); a disagreement between the ranks'
+            // arguments stays what it is.
+            if (!pg_->backend_failed()) throw;
+            mark_broken();
+            throw peer_failure(detail::concat("epoch ", view_.epoch, ": ", e.what()));
+        }
+    }
+
+    elastic_group_options o_;
+    int id_;
+    std::int64_t inc_ = 0;
+    c10::intrusive_ptr<c10d::Store> user_store_, store_;
+    std::shared_ptr<::gloo::transport::Device> device_;
+    std::unique_ptr<process_group> pg_;
+    view view_;
+    membership_change last_;
+    int rank_ = -1;
+    std::uint64_t renewals_ = 0, commits_ = 0;
+    bool dead_ = false, joined_ = false;
+    traffic_counters before_{};
+};
+
+static_assert(byte_communicator<elastic_group>);
+static_assert(elastic_communicator<elastic_group>);
+
+} // namespace comm
+
+TRICKLE_NAMESPACE_END

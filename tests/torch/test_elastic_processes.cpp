@@ -1,0 +1,368 @@
+// comm::elastic_group across processes: worker processes (examples/07_elastic_processes/
+// elastic_worker) over one TCPStore hosted here, killed with SIGKILL at swept points
+// (between rounds, inside the outer all-reduce, after a commit vote, inside a state
+// transfer to a joiner), restarted, refused. The survivors never hang, continue with
+// renormalized weights and end bit-identical; a restarted worker joins and ends
+// bit-identical; a run with the same kill schedule gives the same bits.
+//
+// scripts/elastic_soak.sh runs this suite 20 times in a loop (the bar before a change to
+// the protocol lands).
+#include <trickle/torch/elastic_group.hpp>
+
+#include <doctest/doctest.h>
+
+#include <fcntl.h>
+
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+extern char** environ;
+
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr int dim = 64;
+
+struct outcome {
+    int status = -1;         // exit code, or -signal
+    std::vector<float> params; // dim + 1 floats
+    std::uint64_t epoch = 0, joined = 0, left = 0, retried = 0;
+    std::string log;
+};
+
+// One job: a store served by this process, worker processes spawned from the example.
+class job {
+public:
+    explicit job(std::string name) : name_(std::move(name)), store_(trickle::comm::host_store(0)) {
+        dir_ = std::string(std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp") + "/trickle_elastic_" +
+               std::to_string(::getpid()) + "_" + name_;
+        std::string cmd = "mkdir -p '" + dir_ + "'";
+        REQUIRE(std::system(cmd.c_str()) == 0);
+    }
+    ~job() {
+        for (auto& [k, pid] : pids_) {
+            ::kill(pid, SIGKILL);
+            int st = 0;
+            ::waitpid(pid, &st, 0);
+        }
+        std::string cmd = "rm -rf '" + dir_ + "'";
+        (void)std::system(cmd.c_str());
+    }
+    int port() const { return store_->getPort(); }
+    c10::intrusive_ptr<c10d::Store> client() { return trickle::comm::connect_store("127.0.0.1", port()); }
+
+    // Starts worker `id` (its k-th process) with the common options plus `extra`.
+    std::string start(int id, const std::vector<std::string>& extra, const std::string& tag = "") {
+        const std::string key = std::to_string(id) + tag;
+        std::vector<std::string> a = {TRICKLE_ELASTIC_WORKER, "--store", "127.0.0.1:" + std::to_string(port()),
+                                      "--id", std::to_string(id), "--dim", std::to_string(dim),
+                                      "--out", dir_ + "/out_" + key};
+        a.insert(a.end(), common_.begin(), common_.end());
+        a.insert(a.end(), extra.begin(), extra.end());
+        std::vector<char*> argv;
+        for (auto& s : a) argv.push_back(s.data());
+        argv.push_back(nullptr);
+        posix_spawn_file_actions_t fa;
+        posix_spawn_file_actions_init(&fa);
+        const std::string log = dir_ + "/log_" + key;
+        posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        posix_spawn_file_actions_adddup2(&fa, 1, 2);
+        pid_t pid = 0;
+        const int rc = posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ);
+        posix_spawn_file_actions_destroy(&fa);
+        REQUIRE_MESSAGE(rc == 0, "cannot start ", argv[0], ": ", std::strerror(rc));
+        pids_[key] = pid;
+        return key;
+    }
+
+    // Waits for a worker (at most `limit`: a hang fails the test and kills it).
+    outcome finish(const std::string& key, std::chrono::seconds limit = 60s) {
+        outcome o;
+        const pid_t pid = pids_.at(key);
+        const auto deadline = std::chrono::steady_clock::now() + limit;
+        int st = 0;
+        for (;;) {
+            const pid_t r = ::waitpid(pid, &st, WNOHANG);
+            if (r == pid) break;
+            if (std::chrono::steady_clock::now() > deadline) {
+                ::kill(pid, SIGKILL);
+                ::waitpid(pid, &st, 0);
+                pids_.erase(key);
+                FAIL("worker ", key, " hung (killed after ", limit.count(), " s): ", read(dir_ + "/log_" + key));
+                return o;
+            }
+            std::this_thread::sleep_for(5ms);
+        }
+        pids_.erase(key);
+        o.status = WIFEXITED(st) ? WEXITSTATUS(st) : -WTERMSIG(st);
+        o.log = read(dir_ + "/log_" + key);
+        const std::string bytes = read(dir_ + "/out_" + key);
+        if (bytes.size() == (dim + 1) * sizeof(float) + 4 * sizeof(std::uint64_t)) {
+            o.params.resize(dim + 1);
+            std::memcpy(o.params.data(), bytes.data(), (dim + 1) * sizeof(float));
+            std::uint64_t c[4];
+            std::memcpy(c, bytes.data() + (dim + 1) * sizeof(float), sizeof c);
+            o.epoch = c[0];
+            o.joined = c[1];
+            o.left = c[2];
+            o.retried = c[3];
+        }
+        return o;
+    }
+
+    void set_common(std::vector<std::string> c) { common_ = std::move(c); }
+    // Waits until worker `id` holds at its --hold-at step (it waits there for a joiner).
+    void wait_holding(int id) {
+        auto s = client();
+        for (int i = 0; i < 12000; ++i) {
+            if (s->check({"trickle-test/holding/" + std::to_string(id)})) return;
+            std::this_thread::sleep_for(5ms);
+        }
+        FAIL("worker ", id, " never reached its --hold-at step");
+    }
+
+private:
+    static std::string read(const std::string& path) {
+        std::ifstream f(path, std::ios::binary);
+        std::ostringstream s;
+        s << f.rdbuf();
+        return s.str();
+    }
+
+    std::string name_, dir_;
+    c10::intrusive_ptr<c10d::TCPStore> store_;
+    std::map<std::string, pid_t> pids_;
+    std::vector<std::string> common_;
+};
+
+void check_same(const std::vector<outcome>& live) {
+    REQUIRE(!live.empty());
+    for (std::size_t i = 0; i < live.size(); ++i) {
+        INFO("worker ", i, ": ", live[i].log);
+        REQUIRE(live[i].status == 0);
+        REQUIRE(live[i].params.size() == dim + 1);
+        CHECK(std::memcmp(live[i].params.data(), live[0].params.data(), (dim + 1) * sizeof(float)) == 0);
+    }
+}
+
+// 4 workers; `victim` runs with `fault`; the others end identical. Returns the survivors.
+std::vector<outcome> run_kill(const std::string& name, const std::string& algorithm, int victim,
+                              const std::string& fault) {
+    job j(name);
+    j.set_common({"--initial", "4", "--steps", "60", "--interval", "10", "--timeout-ms", "1500", "--algorithm",
+                  algorithm});
+    std::vector<std::string> keys;
+    for (int id = 0; id < 4; ++id) keys.push_back(j.start(id, id == victim ? std::vector<std::string>{"--fault", fault}
+                                                                              : std::vector<std::string>{}));
+    std::vector<outcome> live;
+    for (int id = 0; id < 4; ++id) {
+        outcome o = j.finish(keys[static_cast<std::size_t>(id)]);
+        if (id == victim) {
+            INFO(o.log);
+            CHECK(o.status == -SIGKILL);
+        } else {
+            live.push_back(o);
+        }
+    }
+    check_same(live);
+    for (const auto& o : live) {
+        INFO(o.log);
+        CHECK(o.left == 1);
+        CHECK(o.epoch >= 1);
+    }
+    return live;
+}
+
+} // namespace
+
+TEST_CASE("elastic_group processes: no failure, every worker identical, epoch 0 throughout") {
+    for (const char* alg : {"diloco", "sparta", "sparta_diloco"}) {
+        INFO(alg);
+        job j(std::string("plain_") + alg);
+        j.set_common({"--initial", "4", "--steps", "40", "--interval", "10", "--timeout-ms", "3000", "--algorithm", alg});
+        std::vector<std::string> keys;
+        for (int id = 0; id < 4; ++id) keys.push_back(j.start(id, {}));
+        std::vector<outcome> live;
+        for (auto& k : keys) live.push_back(j.finish(k));
+        if (std::string(alg) != "sparta") check_same(live); // SPARTA's replicas differ by design
+        for (const auto& o : live) {
+            INFO(o.log);
+            CHECK(o.status == 0);
+            CHECK(o.epoch == 0);
+            CHECK(o.left == 0);
+        }
+    }
+}
+
+TEST_CASE("elastic_group processes: SIGKILL between rounds, inside the outer all-reduce, after a commit vote") {
+    // DiLoCo: inner step 25 (between rounds), the 3rd all-reduce (the 2nd outer step: its
+    // weight sum), the 5th (the 3rd outer step's delta), after the 2nd commit vote.
+    for (const char* fault : {"step:25", "allreduce:3", "allreduce:6", "commit:2"}) {
+        INFO(fault);
+        const auto first = run_kill(std::string("kill_") + fault, "diloco", 2, fault);
+        // The same kill schedule, the same bits.
+        const auto again = run_kill(std::string("again_") + fault, "diloco", 2, fault);
+        REQUIRE(first.size() == again.size());
+        for (std::size_t i = 0; i < first.size(); ++i)
+            CHECK(std::memcmp(first[i].params.data(), again[i].params.data(), (dim + 1) * sizeof(float)) == 0);
+    }
+    for (const char* alg : {"sparta", "sparta_diloco"}) {
+        INFO(alg);
+        job j(std::string("kill_") + alg);
+        j.set_common({"--initial", "4", "--steps", "40", "--interval", "10", "--timeout-ms", "1500", "--algorithm", alg});
+        std::vector<std::string> keys;
+        for (int id = 0; id < 4; ++id)
+            keys.push_back(j.start(id, id == 1 ? std::vector<std::string>{"--fault", "allreduce:17"}
+                                               : std::vector<std::string>{}));
+        for (int id = 0; id < 4; ++id) {
+            const outcome o = j.finish(keys[static_cast<std::size_t>(id)]);
+            INFO(o.log);
+            CHECK(o.status == (id == 1 ? -SIGKILL : 0));
+            if (id != 1) CHECK(o.left == 1);
+        }
+    }
+}
+
+TEST_CASE("elastic_group processes: a killed worker restarts with its id, joins, and ends identical") {
+    for (const char* fault : {"step:15", "allreduce:3"}) {
+        INFO(fault);
+        job j(std::string("restart_") + fault);
+        j.set_common({"--initial", "4", "--steps", "60", "--interval", "10", "--timeout-ms", "1500", "--hold-at", "35"});
+        std::vector<std::string> keys;
+        for (int id = 0; id < 4; ++id)
+            keys.push_back(j.start(id, id == 3 ? std::vector<std::string>{"--fault", fault} : std::vector<std::string>{}));
+        const outcome dead = j.finish(keys[3]);
+        CHECK(dead.status == -SIGKILL);
+        j.wait_holding(0);
+        const std::string again = j.start(3, {}, "b"); // its second incarnation: a joiner
+        std::vector<outcome> live;
+        for (int id = 0; id < 3; ++id) live.push_back(j.finish(keys[static_cast<std::size_t>(id)]));
+        live.push_back(j.finish(again));
+        check_same(live);
+        for (int id = 0; id < 3; ++id) {
+            CHECK(live[static_cast<std::size_t>(id)].left == 1);
+            CHECK(live[static_cast<std::size_t>(id)].joined == 1);
+        }
+    }
+}
+
+TEST_CASE("elastic_group processes: SIGKILL inside a state transfer, of the donor and of the joiner") {
+    // The donor (worker 0, the lowest member) dies while sending the state: the joiner
+    // loses its admission and joins again; the two other members carry on.
+    {
+        job j("donor_dies");
+        j.set_common({"--initial", "3", "--steps", "60", "--interval", "10", "--timeout-ms", "1500", "--hold-at", "25"});
+        std::vector<std::string> keys;
+        for (int id = 0; id < 3; ++id)
+            keys.push_back(j.start(id, id == 0 ? std::vector<std::string>{"--fault", "transfer"} : std::vector<std::string>{}));
+        j.wait_holding(1);
+        const std::string joiner = j.start(3, {});
+        CHECK(j.finish(keys[0]).status == -SIGKILL);
+        std::vector<outcome> live{j.finish(keys[1]), j.finish(keys[2]), j.finish(joiner)};
+        check_same(live);
+    }
+    // The joiner dies while receiving it: the members drop it and carry on.
+    {
+        job j("joiner_dies");
+        j.set_common({"--initial", "3", "--steps", "60", "--interval", "10", "--timeout-ms", "1500", "--hold-at", "25"});
+        std::vector<std::string> keys;
+        for (int id = 0; id < 3; ++id) keys.push_back(j.start(id, {}));
+        j.wait_holding(0);
+        const std::string joiner = j.start(3, {"--fault", "joiner-transfer"});
+        CHECK(j.finish(joiner).status == -SIGKILL);
+        std::vector<outcome> live{j.finish(keys[0]), j.finish(keys[1]), j.finish(keys[2])};
+        check_same(live);
+        for (const auto& o : live) {
+            CHECK(o.joined == 1);
+            CHECK(o.left == 1);
+        }
+    }
+}
+
+TEST_CASE("elastic_group processes: refusals without a hang") {
+    // A joiner with another configuration (its seed) is refused; the members carry on.
+    {
+        job j("other_config");
+        j.set_common({"--initial", "3", "--steps", "40", "--interval", "10", "--timeout-ms", "1500", "--hold-at", "15"});
+        std::vector<std::string> keys;
+        for (int id = 0; id < 3; ++id) keys.push_back(j.start(id, {}));
+        j.wait_holding(0);
+        const outcome joiner = j.finish(j.start(3, {"--seed", "8"}));
+        CHECK(joiner.status == 1);
+        CHECK(joiner.log.find("join refused") != std::string::npos);
+        std::vector<outcome> live{j.finish(keys[0]), j.finish(keys[1]), j.finish(keys[2])};
+        check_same(live);
+    }
+    // A damaged transfer is refused by its checksum; the joiner leaves and says why.
+    {
+        job j("damaged");
+        j.set_common({"--initial", "3", "--steps", "40", "--interval", "10", "--timeout-ms", "1500", "--hold-at", "15"});
+        std::vector<std::string> keys;
+        for (int id = 0; id < 3; ++id) keys.push_back(j.start(id, {}));
+        j.wait_holding(0);
+        const outcome joiner = j.finish(j.start(3, {"--fault", "corrupt-transfer"}));
+        CHECK(joiner.status == 1);
+        CHECK(joiner.log.find("refused") != std::string::npos);
+        std::vector<outcome> live{j.finish(keys[0]), j.finish(keys[1]), j.finish(keys[2])};
+        check_same(live);
+    }
+    // min_workers above the live count: refused at construction on every worker.
+    {
+        job j("quorum");
+        j.set_common({"--initial", "2", "--steps", "20", "--timeout-ms", "1500", "--min-workers", "3"});
+        const std::string a = j.start(0, {}), b = j.start(1, {});
+        for (const auto& k : {a, b}) {
+            const outcome o = j.finish(k);
+            CHECK(o.status == 1);
+            CHECK(o.log.find("min_workers (3) is larger than the world (2 workers)") != std::string::npos);
+        }
+    }
+}
+
+TEST_CASE("elastic_group: an unreachable store is a clear error naming it; bad options are refused") {
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+        (void)trickle::comm::connect_store("127.0.0.1", 1, 300ms);
+        FAIL("connected to nothing");
+    } catch (const trickle::comm_error& e) {
+        CHECK(std::string(e.what()).find("no store answered at 127.0.0.1:1") != std::string::npos);
+    }
+    CHECK(std::chrono::steady_clock::now() - t0 < 20s);
+    auto store = trickle::comm::host_store(0);
+    CHECK_THROWS_WITH_AS(trickle::comm::elastic_group(store, -1, {.initial = 1}), doctest::Contains("id must be >= 0"),
+                         trickle::invalid_argument);
+    CHECK_THROWS_WITH_AS(trickle::comm::elastic_group(store, 0, {.initial = 0}), doctest::Contains("options.initial"),
+                         trickle::invalid_argument);
+    CHECK_THROWS_WITH_AS(trickle::comm::elastic_group(store, 0, {.initial = 1, .timeout = 0ms}),
+                         doctest::Contains("timeout must be > 0"), trickle::invalid_argument);
+    CHECK_THROWS_WITH_AS(trickle::comm::elastic_group(nullptr, 0, {.initial = 1}), doctest::Contains("store is null"),
+                         trickle::invalid_argument);
+    // One worker alone: a member at once, renewals change nothing, a second join is refused.
+    trickle::comm::elastic_group one(store, 0, {.initial = 1, .timeout = 1000ms});
+    CHECK(one.member());
+    CHECK(one.size() == 1);
+    const auto ch = one.renew();
+    CHECK(!ch.changed());
+    CHECK(ch.epoch == 0);
+    CHECK_THROWS_AS(one.join(), trickle::invalid_argument);
+    // A worker outside the view is not a member and cannot run a collective.
+    trickle::comm::elastic_group outside(store, 5, {.initial = 1, .timeout = 1000ms});
+    CHECK(!outside.member());
+    float x = 1.0f;
+    CHECK_THROWS_WITH_AS(outside.all_reduce_sum(&x, 1), doctest::Contains("not a member yet"), trickle::invalid_argument);
+    CHECK_THROWS_WITH_AS(outside.join(200ms), doctest::Contains("not admitted within 200 ms"), trickle::comm_error);
+}
