@@ -349,7 +349,7 @@ TEST_CASE("elastic_group: an unreachable store is a clear error naming it; bad o
                          trickle::invalid_argument);
     CHECK_THROWS_WITH_AS(trickle::comm::elastic_group(store, 0, {.initial = 1, .timeout = 0ms}),
                          doctest::Contains("timeout must be > 0"), trickle::invalid_argument);
-    CHECK_THROWS_WITH_AS(trickle::comm::elastic_group(nullptr, 0, {.initial = 1}), doctest::Contains("store is null"),
+    CHECK_THROWS_WITH_AS(trickle::comm::elastic_group(c10::intrusive_ptr<c10d::Store>(), 0, {.initial = 1}), doctest::Contains("store is null"),
                          trickle::invalid_argument);
     // One worker alone: a member at once, renewals change nothing, a second join is refused.
     trickle::comm::elastic_group one(store, 0, {.initial = 1, .timeout = 1000ms});

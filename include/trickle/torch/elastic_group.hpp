@@ -115,7 +115,7 @@ struct elastic_group_options {
     // Prefix of every key (several jobs may share one store).
     std::string job = "trickle";
     // The address Gloo listens on ("": the machine's hostname, as c10d's default device).
-    std::string hostname;
+    std::string hostname{};
 };
 
 // One worker's handle (see the file's comment): a trickle::communicator and
