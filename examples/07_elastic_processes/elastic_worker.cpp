@@ -44,6 +44,7 @@ struct args {
     std::string fault;     // step:T | allreduce:K | commit:K | transfer | joiner-transfer | corrupt-transfer
     int hold_at = -1;      // before inner step T, wait until a join request is queued
     int seed = 7;          // the configuration (a joiner with another seed is refused)
+    bool tiny = false;     // --inner tiny: an O(1) inner step (for timing the protocol on large states)
     std::string out;
 };
 
@@ -53,7 +54,7 @@ struct args {
                  "usage: elastic_worker --id I [--store HOST:PORT] [--initial N] [--steps S] [--interval H]\n"
                  "       [--dim D] [--min-workers M] [--timeout-ms T] [--algorithm diloco|sparta|sparta_diloco]\n"
                  "       [--fault step:T|allreduce:K|commit:K|transfer|joiner-transfer|corrupt-transfer]\n"
-                 "       [--hold-at T] [--seed S] [--out FILE]\n",
+                 "       [--hold-at T] [--seed S] [--inner sgd|tiny] [--out FILE]\n",
                  why.c_str());
     std::exit(2);
 }
@@ -92,6 +93,10 @@ args parse(int argc, char** argv) {
         else if (f == "--hold-at") a.hold_at = to_int(f, v);
         else if (f == "--seed") a.seed = to_int(f, v);
         else if (f == "--out") a.out = v;
+        else if (f == "--inner") {
+            if (v != "sgd" && v != "tiny") usage("--inner needs sgd or tiny, got '" + v + "'");
+            a.tiny = v == "tiny";
+        }
         else usage("unknown option " + f);
     }
     if (a.id < 0) usage("--id is required (>= 0)");
@@ -209,9 +214,14 @@ void inner_step(std::vector<float>& w, std::vector<float>& b, int id, std::uint6
     b[0] -= 0.05f * gb;
 }
 
+double construct_seconds = 0.0; // how long the algorithm's constructor took (a joiner: admission and state)
+
 template <class Alg>
 trickle::membership_stats train(Alg& alg, faulty_group& comm, trickle::comm::elastic_group& group,
                                 c10d::Store& store, const args& a, std::vector<float>& w, std::vector<float>& b) {
+    std::printf("worker %d: constructed in %.3f s%s\n", a.id, construct_seconds,
+                alg.membership().joined > 0 ? " (joined: admission and state transfer)" : "");
+    std::fflush(stdout);
     for (auto t = alg.stats().steps; t < static_cast<std::uint64_t>(a.steps); ++t) {
         comm.kill_if_step(static_cast<int>(t));
         if (static_cast<int>(t) == a.hold_at) {
@@ -219,7 +229,10 @@ trickle::membership_stats train(Alg& alg, faulty_group& comm, trickle::comm::ela
             store.set("trickle-test/holding/" + std::to_string(a.id), {'1'});
             while (group.joiners_queued() < 1) std::this_thread::sleep_for(1ms);
         }
-        inner_step(w, b, a.id, t);
+        if (a.tiny)
+            w[t % w.size()] += 0.001f * static_cast<float>(a.id + 1);
+        else
+            inner_step(w, b, a.id, t);
         alg.step(trickle::exec::host{});
     }
     return alg.membership();
@@ -234,6 +247,7 @@ int main(int argc, char** argv) {
         auto store = trickle::comm::connect_store(a.host, a.port, std::chrono::milliseconds(a.timeout_ms));
         std::vector<float> w(static_cast<std::size_t>(a.dim), 0.0f), b(1, 0.0f);
         trickle::membership_stats ms;
+        std::uint64_t rounds = 0;
         const auto t0 = std::chrono::steady_clock::now();
         // A joiner whose admission is lost (its donor died during the transfer) joins again
         // through a new handle.
@@ -250,22 +264,31 @@ int main(int argc, char** argv) {
                                               .seed = static_cast<std::uint64_t>(a.seed)};
                     o.min_workers = a.min_workers;
                     o.join = join;
+                    const auto c0 = std::chrono::steady_clock::now();
                     trickle::diloco<trickle::outer::nesterov> alg(params, comm, o);
+                    construct_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
                     ms = train(alg, comm, group, *store, a, w, b);
+                    rounds = alg.stats().exchanges;
                 } else if (a.algorithm == "sparta") {
                     trickle::sparta_options o{.fraction = 0.25, .seed = static_cast<std::uint64_t>(a.seed)};
                     o.min_workers = a.min_workers;
                     o.join = join;
+                    const auto c0 = std::chrono::steady_clock::now();
                     trickle::sparta<trickle::sampler::uniform> alg(params, comm, o);
+                    construct_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
                     ms = train(alg, comm, group, *store, a, w, b);
+                    rounds = alg.stats().exchanges;
                 } else {
                     trickle::sparta_options so{.fraction = 0.25, .seed = static_cast<std::uint64_t>(a.seed)};
                     trickle::diloco_options dop{.interval = static_cast<std::uint64_t>(a.interval),
                                                 .seed = static_cast<std::uint64_t>(a.seed)};
                     dop.min_workers = a.min_workers;
                     dop.join = join;
+                    const auto c0 = std::chrono::steady_clock::now();
                     trickle::sparta_diloco<trickle::sampler::uniform> alg(params, comm, so, dop);
+                    construct_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
                     ms = train(alg, comm, group, *store, a, w, b);
+                    rounds = alg.stats().exchanges;
                 }
                 break;
             } catch (const trickle::peer_failure& e) {
@@ -277,11 +300,12 @@ int main(int argc, char** argv) {
         }
         const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         std::printf("worker %d: epoch %llu, %d workers, %llu changes (%llu joined, %llu left), %llu rounds retried, "
-                    "%llu B of state moved, %.3f s waiting, %.3f s in all\n",
+                    "%llu B of state moved, %.3f s waiting, %.3f s in all, %llu rounds\n",
                     a.id, static_cast<unsigned long long>(ms.epoch), ms.workers,
                     static_cast<unsigned long long>(ms.changes), static_cast<unsigned long long>(ms.joined),
                     static_cast<unsigned long long>(ms.left), static_cast<unsigned long long>(ms.rounds_retried),
-                    static_cast<unsigned long long>(ms.state_bytes), ms.wait_seconds, seconds);
+                    static_cast<unsigned long long>(ms.state_bytes), ms.wait_seconds, seconds,
+                    static_cast<unsigned long long>(rounds));
         if (!a.out.empty()) {
             std::ofstream out(a.out, std::ios::binary);
             out.write(reinterpret_cast<const char*>(w.data()), static_cast<std::streamsize>(w.size() * sizeof(float)));

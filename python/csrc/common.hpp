@@ -24,6 +24,7 @@
 #include <trickle/schedule/any.hpp>
 #include <trickle/topology/any.hpp>
 #include <trickle/torch.hpp>
+#include <trickle/torch/elastic_group.hpp>
 
 #include <cstdint>
 #include <memory>
@@ -36,6 +37,7 @@ namespace trickle_py {
 namespace py = pybind11;
 
 using process_group_ptr = c10::intrusive_ptr<c10d::ProcessGroup>;
+using store_ptr = c10::intrusive_ptr<c10d::Store>;
 using named_tensors = std::vector<std::pair<std::string, at::Tensor>>;
 
 // ---- options read from the dict the Python layer builds (under the GIL) ----
@@ -299,6 +301,7 @@ public:
     virtual std::string save_bytes() const = 0;
     virtual void load_bytes(const std::string&) = 0;
     virtual const trickle::torch::model_params& params() const = 0;
+    virtual trickle::membership_stats membership() const = 0;
 };
 
 template <class Wrapper>
@@ -324,17 +327,22 @@ public:
     std::string save_bytes() const override { return w_.save_bytes(); }
     void load_bytes(const std::string& b) override { w_.load_bytes(b); }
     const trickle::torch::model_params& params() const override { return w_.params(); }
+    trickle::membership_stats membership() const override { return w_.membership(); }
 
 private:
     Wrapper w_;
 };
 
-// Owns the communicator and the algorithm over it (declared in that order, so the
-// algorithm, which refers to the communicator, is destroyed first).
+// Owns the communicator (a process group's, or an elastic group's) and the algorithm over
+// it (declared in that order, so the algorithm, which refers to the communicator, is
+// destroyed first).
 class bound_algorithm {
 public:
     bound_algorithm(std::string kind, process_group_ptr pg)
         : kind_(std::move(kind)), comm_(std::make_unique<trickle::comm::process_group>(std::move(pg))) {}
+    bound_algorithm(std::string kind, store_ptr store, int id, trickle::comm::elastic_group_options o)
+        : kind_(std::move(kind)),
+          elastic_(std::make_unique<trickle::comm::elastic_group>(std::move(store), id, std::move(o))) {}
 
     bound_algorithm(const bound_algorithm&) = delete;
     bound_algorithm& operator=(const bound_algorithm&) = delete;
@@ -349,25 +357,30 @@ public:
             py::gil_scoped_release release;
             algo_.reset();
             comm_.reset();
+            elastic_.reset();
         } else {
             algo_.reset();
             comm_.reset();
+            elastic_.reset();
         }
     }
 
     trickle::comm::process_group& comm() { return *comm_; }
+    trickle::comm::elastic_group& elastic() { return *elastic_; }
+    bool is_elastic() const { return elastic_ != nullptr; }
     void set(std::unique_ptr<algorithm_base> a) { algo_ = std::move(a); }
     algorithm_base& algo() const {
         if (!algo_) throw trickle::invalid_argument("trickle." + kind_ + ": the object is empty");
         return *algo_;
     }
     const std::string& kind() const { return kind_; }
-    int rank() const { return comm_->rank(); }
-    int size() const { return comm_->size(); }
+    int rank() const { return comm_ ? comm_->rank() : elastic_->rank(); }
+    int size() const { return comm_ ? comm_->size() : elastic_->size(); }
 
 private:
     std::string kind_;
     std::unique_ptr<trickle::comm::process_group> comm_;
+    std::unique_ptr<trickle::comm::elastic_group> elastic_;
     std::unique_ptr<algorithm_base> algo_;
 };
 
@@ -375,6 +388,10 @@ private:
 // while the (collective) construction runs.
 std::unique_ptr<bound_algorithm> make_sparta(process_group_ptr pg, const named_tensors& params, const py::dict& opts);
 std::unique_ptr<bound_algorithm> make_diloco(process_group_ptr pg, const named_tensors& params, const py::dict& opts);
+// DiLoCo over comm::elastic_group (elastic.cpp): the view in `store`, this worker's id.
+std::unique_ptr<bound_algorithm> make_diloco_elastic(store_ptr store, int id, int initial, std::int64_t timeout_ms,
+                                                     const std::string& job, const named_tensors& params,
+                                                     const py::dict& opts);
 std::unique_ptr<bound_algorithm> make_sparta_diloco(process_group_ptr pg, const named_tensors& params,
                                                     const py::dict& opts);
 

@@ -114,6 +114,25 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         .def("sparse_stats", [](const bound_algorithm& a) { return stats_dict(a.algo().sparse_stats()); })
         .def("outer_stats", [](const bound_algorithm& a) { return stats_dict(a.algo().outer_stats()); })
         .def("groups", [](const bound_algorithm& a) { return groups_list(a.algo().params()); })
+        .def_property_readonly("elastic", &bound_algorithm::is_elastic)
+        .def_property_readonly("worker_id", [](bound_algorithm& a) { return a.is_elastic() ? a.elastic().id() : -1; })
+        .def("membership",
+             [](const bound_algorithm& a) {
+                 const trickle::membership_stats m = a.algo().membership();
+                 py::dict d;
+                 d["epoch"] = m.epoch;
+                 d["workers"] = m.workers;
+                 d["quorum"] = m.quorum;
+                 d["changes"] = m.changes;
+                 d["joined"] = m.joined;
+                 d["left"] = m.left;
+                 d["joins_refused"] = m.joins_refused;
+                 d["rounds_retried"] = m.rounds_retried;
+                 d["rounds_below_quorum"] = m.rounds_below_quorum;
+                 d["state_bytes"] = m.state_bytes;
+                 d["wait_seconds"] = m.wait_seconds;
+                 return d;
+             })
         .def("save_bytes",
              [](const bound_algorithm& a) {
                  std::string b;
@@ -131,6 +150,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
 
     m.def("sparta", &make_sparta, py::arg("group"), py::arg("params"), py::arg("options"));
     m.def("diloco", &make_diloco, py::arg("group"), py::arg("params"), py::arg("options"));
+    m.def("diloco_elastic", &make_diloco_elastic, py::arg("store"), py::arg("id"), py::arg("initial"),
+          py::arg("timeout_ms"), py::arg("job"), py::arg("params"), py::arg("options"));
     m.def("sparta_diloco", &make_sparta_diloco, py::arg("group"), py::arg("params"), py::arg("options"));
     m.def("agree", &agree_python, py::arg("group"), py::arg("kind"), py::arg("error"));
     m.attr("has_cuda") = false;

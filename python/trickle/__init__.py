@@ -25,6 +25,7 @@ from ._algorithms import (
     STATE_FORMAT,
 )
 from ._errors import CommError, MismatchError
+from ._elastic import Elastic, connect_store
 
 __all__ = [
     "SPARTA",
@@ -33,6 +34,8 @@ __all__ = [
     "Stats",
     "MismatchError",
     "CommError",
+    "Elastic",
+    "connect_store",
     "SAMPLERS",
     "SCHEDULES",
     "TOPOLOGIES",

@@ -95,9 +95,15 @@ _DILOCO = {
     "error_feedback": 0.0,
 }
 
+# DiLoCo across processes whose membership changes (trickle.Elastic; _elastic.py).
+_ELASTIC = {
+    "elastic": None,
+    "min_workers": 1,
+}
+
 _DEFAULTS = {
     "SPARTA": {**_SPARTA, **_COMMON},
-    "DiLoCo": {**_DILOCO, **_COMMON},
+    "DiLoCo": {**_DILOCO, **_ELASTIC, **_COMMON},
     "SPARTADiLoCo": {**_SPARTA, "sparta_interval": 1, **_DILOCO, **_COMMON},
 }
 
@@ -150,6 +156,7 @@ def _parse_options(kind: str, given: Dict[str, Any]) -> Dict[str, Any]:
         )
     o = {**defaults, **given}
     o.pop("group")
+    o.pop("elastic", None)
     out: Dict[str, Any] = {}
     out["seed"] = _int(kind, "seed", o["seed"])
     out["topology"] = _choice(kind, "topology", o["topology"], TOPOLOGIES)
@@ -219,6 +226,10 @@ def _parse_options(kind: str, given: Dict[str, Any]) -> Dict[str, Any]:
         out["weight"] = _real(kind, "weight", o["weight"])
         out["drop_probability"] = _real(kind, "drop_probability", o["drop_probability"])
         out["prune_fraction"] = _real(kind, "prune_fraction", o["prune_fraction"])
+    if kind == "DiLoCo":
+        out["min_workers"] = _int(kind, "min_workers", o["min_workers"], lo=-(1 << 31), hi=(1 << 31) - 1)
+        if given.get("elastic") is None and out["min_workers"] != 1:
+            raise ValueError(f"trickle.{kind}: min_workers (the quorum) applies with elastic= only")
     return out
 
 
@@ -411,6 +422,8 @@ class _Algorithm:
 
     def _build(self, model, options: Dict[str, Any]):
         kind = self._kind
+        if options.get("elastic") is not None:
+            return self._build_elastic(model, options)
         group = _resolve_group(kind, options.get("group"))
         problem: Optional[BaseException] = None
         opts: Dict[str, Any] = {}
@@ -431,6 +444,30 @@ class _Algorithm:
         self._group = group  # keeps the Python process group alive as long as this object
         self._options = opts
         self._impl = type(self)._factory(group, params, opts)
+
+    def _build_elastic(self, model, options: Dict[str, Any]):
+        # Over trickle.Elastic there is no group to agree through before construction: each
+        # worker checks its own arguments, and the members' configurations are compared by
+        # the C++ side (at construction among the first members, at the welcome for a joiner).
+        from ._elastic import Elastic
+
+        kind = self._kind
+        if kind != "DiLoCo":
+            raise TypeError(f"trickle.{kind}: elastic= is offered by trickle.DiLoCo in this version (from C++, "
+                            "SPARTA and SPARTA + DiLoCo run over comm::elastic_group too)")
+        el = options["elastic"]
+        if not isinstance(el, Elastic):
+            raise TypeError(f"trickle.{kind}: elastic must be a trickle.Elastic, got {type(el).__name__}")
+        if options.get("group") is not None:
+            raise TypeError(f"trickle.{kind}: pass group= or elastic=, not both (an elastic worker's groups are "
+                            "made per epoch from the store)")
+        opts = _parse_options(kind, options)
+        params = _named_tensors(kind, model)
+        self._group = None
+        self._elastic = el  # keeps the store alive as long as this object
+        self._options = opts
+        self._impl = _C.diloco_elastic(el.store, el.id, el.initial, int(round(el.timeout * 1000)), el.job, params,
+                                       opts)
 
     # -- collective operations --
 
@@ -507,8 +544,15 @@ class _Algorithm:
 
     @property
     def group(self):
-        """The torch.distributed process group."""
+        """The torch.distributed process group (None for an elastic worker)."""
         return self._group
+
+    @property
+    def membership(self) -> Dict[str, Any]:
+        """Over trickle.Elastic: the view (epoch, workers) and what changed it (joined, left,
+        joins_refused), the rounds retried after a failure or skipped below quorum, the
+        bytes of state moved to joiners and the seconds spent waiting in renewals."""
+        return dict(self._impl.membership())
 
     @property
     def rank(self) -> int:
@@ -558,13 +602,15 @@ class DiLoCo(_Algorithm):
     trickle.DiLoCo(model, *, interval=500, outer="nesterov", outer_lr=None, momentum=None,
                    betas=(0.9, 0.999), eps=1e-8, seed=0, weight=1.0, drop_probability=0.0,
                    prune_fraction=0.0, topology="all_reduce", island_size=2,
-                   broadcast_initial=True, group=None)
+                   broadcast_initial=True, group=None, elastic=None, min_workers=1)
 
     outer: sgd (lr 1.0) | momentum | nesterov (lr 0.7, momentum 0.9) | adam (lr 1e-3, betas,
     eps) | average (every registered name: trickle.OUTER_OPTIMIZERS); outer_lr / momentum
     None keep those defaults. weight: this worker's
     weight in the average; drop_probability: each contribution dropped with that
     probability; prune_fraction: zero that fraction of each tensor's delta (smallest first).
+    elastic: a trickle.Elastic instead of a group: workers are processes that may die and
+    join (docs/elastic.md); min_workers: the quorum below which outer steps are skipped.
     """
 
     _kind = "DiLoCo"

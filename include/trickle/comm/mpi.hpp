@@ -8,6 +8,7 @@
 #if TRICKLE_HAS_MPI
 
 #include <trickle/comm/communicator.hpp>
+#include <trickle/comm/replicas.hpp>
 #include <trickle/core/memory_space.hpp>
 #include <trickle/error.hpp>
 
@@ -595,6 +596,44 @@ private:
 };
 
 static_assert(byte_communicator<mpi>);
+
+// A replica's own group and its shard's cross-replica group (comm/replicas.hpp), split
+// from `world` (collective over it). Every rank must pass the same ranks_per_replica (or
+// every rank throws invalid_argument); timeout as for comm::mpi. Run trickle over
+// `across`, with the shard's seed (layout.shard_seed), and the trainer's data or model
+// parallelism over `within`.
+struct replica_comms {
+    replica_layout layout;
+    mpi within;
+    mpi across;
+};
+
+inline replica_comms split_replicas(MPI_Comm world, int ranks_per_replica,
+                                    std::chrono::milliseconds timeout = std::chrono::milliseconds::zero()) {
+    int rank = 0, size = 0;
+    TRICKLE_MPI_CHECK(MPI_Comm_rank(world, &rank));
+    TRICKLE_MPI_CHECK(MPI_Comm_size(world, &size));
+    int spread[2] = {ranks_per_replica, -ranks_per_replica};
+    TRICKLE_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, spread, 2, MPI_INT, MPI_MAX, world));
+    require(spread[0] == -spread[1], "comm::split_replicas: the ranks passed different ranks_per_replica (from ",
+            -spread[1], " to ", spread[0], ")");
+    const replica_layout layout(rank, size, ranks_per_replica);
+    MPI_Comm w = MPI_COMM_NULL, a = MPI_COMM_NULL;
+    TRICKLE_MPI_CHECK(MPI_Comm_split(world, layout.within_color(), layout.within_key(), &w));
+    const auto free_both = [&] {
+        if (w != MPI_COMM_NULL) MPI_Comm_free(&w);
+        if (a != MPI_COMM_NULL) MPI_Comm_free(&a);
+    };
+    try {
+        TRICKLE_MPI_CHECK(MPI_Comm_split(world, layout.across_color(), layout.across_key(), &a));
+        replica_comms out{layout, mpi(w, INT_MAX, timeout), mpi(a, INT_MAX, timeout)};
+        free_both();
+        return out;
+    } catch (...) {
+        free_both();
+        throw;
+    }
+}
 
 } // namespace comm
 

@@ -28,6 +28,7 @@
 #include <trickle/algorithm/sparta.hpp>
 #include <trickle/algorithm/sparta_diloco.hpp>
 #include <trickle/algorithm/stats.hpp>
+#include <trickle/comm/view.hpp>
 #include <trickle/config.hpp>
 #include <trickle/core/config_record.hpp>
 #include <trickle/error.hpp>
@@ -85,6 +86,9 @@ public:
     const exchange_stats& stats(std::size_t group) const { return at(group).stats(); }
 
     std::size_t group_count() const { return algos_.size(); }
+    // Over an elastic communicator (comm::elastic_group, comm::elastic_local): the view,
+    // its changes and the protocol's costs (docs/elastic.md); the one group's.
+    const membership_stats& membership() const { return at(0).membership(); }
     const model_params& params() const { return params_; }
     explicit operator bool() const { return !algos_.empty(); }
 
@@ -153,9 +157,13 @@ protected:
 
     // Collects the parameters, agrees with every worker on their groups (so a rank whose
     // model is bad or different throws together with the others instead of leaving them
-    // waiting), then builds make(group, comm, g) for each group g.
+    // waiting), then builds make(group, comm, g) for each group g. Over an elastic
+    // communicator the model must be one group (one dtype and device: each group's
+    // algorithm would renew and admit on its own), and a joiner (`join`) skips the
+    // agreement: it is outside the view until admitted, and the welcome compares its
+    // configuration (the layout included) with a member's.
     template <class Comm, class Collect, class Make>
-    void build(const char* kind, Comm& comm, Collect&& collect, Make&& make) {
+    void build(const char* kind, Comm& comm, Collect&& collect, Make&& make, bool join = false) {
         using space = typename Comm::memory_space;
         constexpr bool comm_on_device = std::is_same_v<space, cuda_space>;
         kind_ = kind;
@@ -180,7 +188,20 @@ protected:
                     p.groups.size() > 1 ? " (a model split over CPU and CUDA needs one algorithm per device)" : ""));
         }
         if (p.groups.empty() && rec.error().empty()) rec.set_error(trickle::detail::concat(kind, ": the model has no parameters"));
-        agree(comm, rec);
+        if constexpr (comm::elastic_communicator<Comm>) {
+            if (p.groups.size() > 1 && rec.error().empty())
+                rec.set_error(trickle::detail::concat(
+                    kind, ": over an elastic communicator the model must have one parameter group (one dtype and "
+                          "device) in this version; this one has ",
+                    p.groups.size()));
+            if (join) {
+                if (!rec.error().empty()) throw invalid_argument(rec.error());
+            } else {
+                agree(comm, rec);
+            }
+        } else {
+            agree(comm, rec);
+        }
 
         std::vector<Algo> algos;
         for (std::size_t g = 0; g < p.groups.size(); ++g)
@@ -245,7 +266,8 @@ public:
                 sparta_options o = options;
                 o.seed = group_seed(options.seed, g);
                 return trickle::sparta<Sampler, Schedule, Topology, Codec>(group, c, o, sampler, schedule, topology, codec);
-            });
+            },
+            options.join);
     }
 };
 
@@ -264,7 +286,8 @@ public:
                 diloco_options o = options;
                 o.seed = group_seed(options.seed, g);
                 return trickle::diloco<Outer, Topology, Codec>(group, c, o, outer, topology, codec);
-            });
+            },
+            options.join);
     }
 };
 
@@ -289,7 +312,8 @@ public:
                 o.seed = group_seed(outer_opts.seed, g);
                 return trickle::sparta_diloco<Sampler, Schedule, Topology, Outer, Codec, OuterCodec>(
                     group, c, s, o, sampler, schedule, topology, outer, codec, outer_codec);
-            });
+            },
+            outer_opts.join);
     }
 
     // Each part's account, summed over groups (the initial broadcast is on the DiLoCo part).

@@ -1,0 +1,74 @@
+"""trickle.Elastic: where an elastic DiLoCo worker finds its view, and trickle.connect_store.
+
+An elastic worker is one process with a stable id. The view (which workers take part, in
+which epoch) lives in a torch.distributed store that outlives every worker: a TCPStore
+served by `python3 -m trickle.store --port P` (or by the C++ `trickle-store`, or by any
+process that keeps a TCPStore server alive). Each epoch's collectives run over a Gloo
+process group made for that epoch (trickle/torch/elastic_group.hpp). A worker killed with
+SIGKILL is dropped by the survivors within the timeout; started again with the same id,
+it joins, receives the state from a live worker (hash-checked) and trains on.
+
+    store = trickle.connect_store("10.0.0.1", 29600)
+    diloco = trickle.DiLoCo(model, interval=500,
+                            elastic=trickle.Elastic(store, id=rank, initial=4, timeout=10.0))
+"""
+
+from __future__ import annotations
+
+import datetime
+import numbers
+
+import torch.distributed as dist
+
+
+def connect_store(host: str, port: int, timeout: float = 30.0) -> "dist.Store":
+    """A client of the TCPStore at host:port; raises RuntimeError naming the address when no
+    store answers within `timeout` seconds."""
+    if not isinstance(host, str) or not host:
+        raise TypeError(f"trickle.connect_store: host must be a non-empty string, got {host!r}")
+    if not isinstance(port, numbers.Integral) or isinstance(port, bool) or not 0 < port < 65536:
+        raise ValueError(f"trickle.connect_store: port must be an integer in [1, 65535], got {port!r}")
+    if not isinstance(timeout, numbers.Real) or not timeout > 0:
+        raise ValueError(f"trickle.connect_store: timeout must be > 0 seconds, got {timeout!r}")
+    try:
+        return dist.TCPStore(host, int(port), is_master=False, timeout=datetime.timedelta(seconds=float(timeout)),
+                             wait_for_workers=False)
+    except (RuntimeError, OSError) as e:
+        raise RuntimeError(
+            f"trickle.connect_store: no store answered at {host}:{port} within {timeout} s "
+            f"(start one: python3 -m trickle.store --port {port}): {e}"
+        ) from None
+
+
+class Elastic:
+    """An elastic DiLoCo worker's place: the store holding the view, this worker's stable
+    id (>= 0), how many workers form the first epoch (ids 0 .. initial-1, the same on every
+    worker), the timeout in seconds (how long a collective waits for a peer and a renewal
+    for the view's members), and the job name (a prefix of the store's keys).
+
+    A process whose id is below `initial` and that is the first with that id is a member
+    from the start; any other process (a new id, or a restart) joins at the members' next
+    outer step."""
+
+    def __init__(self, store, id: int, initial: int, timeout: float = 10.0, job: str = "trickle"):
+        if not isinstance(store, dist.Store):
+            raise TypeError(f"trickle.Elastic: store must be a torch.distributed.Store (e.g. trickle.connect_store("
+                            f"host, port)), got {type(store).__name__}")
+        for name, v, lo in (("id", id, 0), ("initial", initial, 1)):
+            if not isinstance(v, numbers.Integral) or isinstance(v, bool):
+                raise TypeError(f"trickle.Elastic: {name} must be an integer, got {type(v).__name__}")
+            if v < lo:
+                raise ValueError(f"trickle.Elastic: {name} must be >= {lo}, got {v}")
+        if not isinstance(timeout, numbers.Real) or isinstance(timeout, bool) or not timeout > 0:
+            raise ValueError(f"trickle.Elastic: timeout must be > 0 seconds (a dead peer must never hang the "
+                             f"others), got {timeout!r}")
+        if not isinstance(job, str) or not job or "/" in job:
+            raise ValueError(f"trickle.Elastic: job must be a non-empty name without '/', got {job!r}")
+        self.store = store
+        self.id = int(id)
+        self.initial = int(initial)
+        self.timeout = float(timeout)
+        self.job = job
+
+    def __repr__(self):
+        return f"trickle.Elastic(id={self.id}, initial={self.initial}, timeout={self.timeout}, job={self.job!r})"
