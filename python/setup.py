@@ -59,7 +59,10 @@ def extensions():
         sources=sources,
         include_dirs=[include, str(HERE / "csrc")],
         extra_compile_args={"cxx": cxx},
-        define_macros=[("TRICKLE_HAS_TORCH", "1")],
+        # USE_C10D_GLOO: c10d's ProcessGroupGloo.hpp declares the Gloo group only with it (torch's
+        # CMake targets define it; torch.utils.cpp_extension does not). comm::elastic_group
+        # makes each epoch's group with it; torch's Linux builds (Debian's, PyPI's) have Gloo.
+        define_macros=[("TRICKLE_HAS_TORCH", "1"), ("USE_C10D_GLOO", "1")],
         depends=[str(p) for p in (HERE / "csrc").glob("*.hpp")],
     )
     # Ninja (when installed) builds only what changed; MAX_JOBS limits its parallelism.

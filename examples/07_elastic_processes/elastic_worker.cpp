@@ -40,6 +40,7 @@ struct args {
     int port = 29600;
     int id = -1, initial = 4, steps = 120, interval = 10, dim = 64, min_workers = 1;
     int timeout_ms = 3000;
+    int liveness_ms = 0;   // elastic_group_options::liveness (0: off)
     std::string algorithm = "diloco";
     std::string fault;     // step:T | allreduce:K | commit:K | transfer | joiner-transfer | corrupt-transfer
     int hold_at = -1;      // before inner step T, wait until a join request is queued
@@ -52,7 +53,8 @@ struct args {
     std::fprintf(stderr,
                  "elastic_worker: %s\n"
                  "usage: elastic_worker --id I [--store HOST:PORT] [--initial N] [--steps S] [--interval H]\n"
-                 "       [--dim D] [--min-workers M] [--timeout-ms T] [--algorithm diloco|sparta|sparta_diloco]\n"
+                 "       [--dim D] [--min-workers M] [--timeout-ms T] [--liveness-ms L]\n"
+                 "       [--algorithm diloco|sparta|sparta_diloco]\n"
                  "       [--fault step:T|allreduce:K|commit:K|transfer|joiner-transfer|corrupt-transfer]\n"
                  "       [--hold-at T] [--seed S] [--inner sgd|tiny] [--out FILE]\n",
                  why.c_str());
@@ -88,6 +90,7 @@ args parse(int argc, char** argv) {
         else if (f == "--dim") a.dim = to_int(f, v);
         else if (f == "--min-workers") a.min_workers = to_int(f, v);
         else if (f == "--timeout-ms") a.timeout_ms = to_int(f, v);
+        else if (f == "--liveness-ms") a.liveness_ms = to_int(f, v);
         else if (f == "--algorithm") a.algorithm = v;
         else if (f == "--fault") a.fault = v;
         else if (f == "--hold-at") a.hold_at = to_int(f, v);
@@ -252,8 +255,11 @@ int main(int argc, char** argv) {
         // A joiner whose admission is lost (its donor died during the transfer) joins again
         // through a new handle.
         for (int attempt = 0;; ++attempt) {
-            trickle::comm::elastic_group group(store, a.id, {.initial = a.initial,
-                                                             .timeout = std::chrono::milliseconds(a.timeout_ms)});
+            trickle::comm::elastic_group_options eo;
+            eo.initial = a.initial;
+            eo.timeout = std::chrono::milliseconds(a.timeout_ms);
+            eo.liveness = std::chrono::milliseconds(a.liveness_ms);
+            trickle::comm::elastic_group group(store, a.id, eo);
             faulty_group comm(group, attempt == 0 ? f : fault{});
             trickle::param_group<float> params;
             params.add("w", w.data(), w.size()).add("b", b.data(), b.size());

@@ -390,8 +390,8 @@ std::unique_ptr<bound_algorithm> make_sparta(process_group_ptr pg, const named_t
 std::unique_ptr<bound_algorithm> make_diloco(process_group_ptr pg, const named_tensors& params, const py::dict& opts);
 // DiLoCo over comm::elastic_group (elastic.cpp): the view in `store`, this worker's id.
 std::unique_ptr<bound_algorithm> make_diloco_elastic(store_ptr store, int id, int initial, std::int64_t timeout_ms,
-                                                     const std::string& job, const named_tensors& params,
-                                                     const py::dict& opts);
+                                                     std::int64_t liveness_ms, const std::string& job,
+                                                     const named_tensors& params, const py::dict& opts);
 std::unique_ptr<bound_algorithm> make_sparta_diloco(process_group_ptr pg, const named_tensors& params,
                                                     const py::dict& opts);
 

@@ -6,8 +6,8 @@
 namespace trickle_py {
 
 std::unique_ptr<bound_algorithm> make_diloco_elastic(store_ptr store, int id, int initial, std::int64_t timeout_ms,
-                                                     const std::string& job, const named_tensors& params,
-                                                     const py::dict& opts) {
+                                                     std::int64_t liveness_ms, const std::string& job,
+                                                     const named_tensors& params, const py::dict& opts) {
     const outer_values outer = outer_values::from(opts);
     trickle::diloco_options options = diloco_opts(opts);
     options.min_workers = get<int>(opts, "min_workers");
@@ -20,6 +20,7 @@ std::unique_ptr<bound_algorithm> make_diloco_elastic(store_ptr store, int id, in
     eo.initial = initial;
     eo.timeout = std::chrono::milliseconds(timeout_ms);
     eo.job = job;
+    eo.liveness = std::chrono::milliseconds(liveness_ms);
     py::gil_scoped_release release;
     auto out = std::make_unique<bound_algorithm>("DiLoCo", std::move(store), id, eo);
     options.join = !out->elastic().member();

@@ -151,7 +151,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("sparta", &make_sparta, py::arg("group"), py::arg("params"), py::arg("options"));
     m.def("diloco", &make_diloco, py::arg("group"), py::arg("params"), py::arg("options"));
     m.def("diloco_elastic", &make_diloco_elastic, py::arg("store"), py::arg("id"), py::arg("initial"),
-          py::arg("timeout_ms"), py::arg("job"), py::arg("params"), py::arg("options"));
+          py::arg("timeout_ms"), py::arg("liveness_ms"), py::arg("job"), py::arg("params"), py::arg("options"));
     m.def("sparta_diloco", &make_sparta_diloco, py::arg("group"), py::arg("params"), py::arg("options"));
     m.def("agree", &agree_python, py::arg("group"), py::arg("kind"), py::arg("error"));
     m.attr("has_cuda") = false;

@@ -466,8 +466,8 @@ class _Algorithm:
         self._group = None
         self._elastic = el  # keeps the store alive as long as this object
         self._options = opts
-        self._impl = _C.diloco_elastic(el.store, el.id, el.initial, int(round(el.timeout * 1000)), el.job, params,
-                                       opts)
+        self._impl = _C.diloco_elastic(el.store, el.id, el.initial, int(round(el.timeout * 1000)),
+                                       int(round(el.liveness * 1000)), el.job, params, opts)
 
     # -- collective operations --
 

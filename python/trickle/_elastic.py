@@ -44,13 +44,17 @@ class Elastic:
     """An elastic DiLoCo worker's place: the store holding the view, this worker's stable
     id (>= 0), how many workers form the first epoch (ids 0 .. initial-1, the same on every
     worker), the timeout in seconds (how long a collective waits for a peer and a renewal
-    for the view's members), and the job name (a prefix of the store's keys).
+    for the view's members), the job name (a prefix of the store's keys), and liveness in
+    seconds (0: off; otherwise each worker beats a counter in the store and a renewal stops
+    waiting for a member whose counter has not moved for that long, so a killed worker is
+    dropped after about `liveness` rather than the timeout; needs a TCPStore).
 
     A process whose id is below `initial` and that is the first with that id is a member
     from the start; any other process (a new id, or a restart) joins at the members' next
     outer step."""
 
-    def __init__(self, store, id: int, initial: int, timeout: float = 10.0, job: str = "trickle"):
+    def __init__(self, store, id: int, initial: int, timeout: float = 10.0, job: str = "trickle",
+                 liveness: float = 0.0):
         if not isinstance(store, dist.Store):
             raise TypeError(f"trickle.Elastic: store must be a torch.distributed.Store (e.g. trickle.connect_store("
                             f"host, port)), got {type(store).__name__}")
@@ -62,6 +66,8 @@ class Elastic:
         if not isinstance(timeout, numbers.Real) or isinstance(timeout, bool) or not timeout > 0:
             raise ValueError(f"trickle.Elastic: timeout must be > 0 seconds (a dead peer must never hang the "
                              f"others), got {timeout!r}")
+        if not isinstance(liveness, numbers.Real) or isinstance(liveness, bool) or not 0 <= liveness <= timeout:
+            raise ValueError(f"trickle.Elastic: liveness must be in [0, timeout] seconds (0: off), got {liveness!r}")
         if not isinstance(job, str) or not job or "/" in job:
             raise ValueError(f"trickle.Elastic: job must be a non-empty name without '/', got {job!r}")
         self.store = store
@@ -69,6 +75,8 @@ class Elastic:
         self.initial = int(initial)
         self.timeout = float(timeout)
         self.job = job
+        self.liveness = float(liveness)
 
     def __repr__(self):
-        return f"trickle.Elastic(id={self.id}, initial={self.initial}, timeout={self.timeout}, job={self.job!r})"
+        return (f"trickle.Elastic(id={self.id}, initial={self.initial}, timeout={self.timeout}, job={self.job!r}, "
+                f"liveness={self.liveness})")

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tests/python/run.sh: builds trickle's Python package (python/) into a virtual environment
 # and runs its tests: tests/python/test_local.py and test_registry.py (one process),
-# test_distributed.py (4 processes, gloo), test_peer_failure.py (2 processes, one leaves)
+# test_distributed.py (4 processes, gloo), test_elastic.py (3 processes over trickle.Elastic,
+# one killed with SIGKILL and restarted), test_peer_failure.py (2 processes, one leaves)
 # and the example examples/python/train.py (4 workers, each algorithm).
 #
 #   tests/python/run.sh                 # build if needed, then run everything
@@ -125,6 +126,8 @@ fi
 run "test_local (1 process)" timeout 300 "$VPY" tests/python/test_local.py
 run "test_registry (1 process)" timeout 300 "$VPY" tests/python/test_registry.py
 run "test_distributed (torchrun, $NPROC processes, gloo)" timeout 600 "${torchrun[@]}" tests/python/test_distributed.py
+run "test_elastic (3 worker processes over trickle.Elastic, one killed and restarted)" \
+    timeout 300 "$VPY" tests/python/test_elastic.py
 run "test_peer_failure (2 processes, one leaves)" \
     "$VPY" tests/python/launch.py --nproc 2 --timeout 120 tests/python/test_peer_failure.py
 if [ "$RUN_EXAMPLE" = 1 ]; then

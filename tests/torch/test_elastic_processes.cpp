@@ -237,6 +237,28 @@ TEST_CASE("elastic_group processes: SIGKILL between rounds, inside the outer all
     }
 }
 
+TEST_CASE("elastic_group processes: with liveness, a killed worker is dropped by its heartbeat; same bits") {
+    // The timeout is long (a slow member is waited for), the heartbeat short: the survivors
+    // drop the dead one when its counter stops, and end as with the timeout alone.
+    std::vector<std::vector<float>> runs;
+    for (const char* liveness : {"0", "1000"}) {
+        job j(std::string("liveness_") + liveness);
+        j.set_common({"--initial", "4", "--steps", "40", "--interval", "10", "--timeout-ms",
+                      std::string(liveness) == "0" ? "1500" : "8000", "--liveness-ms", liveness});
+        std::vector<std::string> keys;
+        for (int id = 0; id < 4; ++id)
+            keys.push_back(j.start(id, id == 1 ? std::vector<std::string>{"--fault", "allreduce:3"}
+                                               : std::vector<std::string>{}));
+        CHECK(j.finish(keys[1]).status == -SIGKILL);
+        std::vector<outcome> live{j.finish(keys[0]), j.finish(keys[2]), j.finish(keys[3])};
+        check_same(live);
+        for (const auto& o : live) CHECK(o.left == 1);
+        runs.push_back(live[0].params);
+    }
+    REQUIRE(runs.size() == 2);
+    CHECK(std::memcmp(runs[0].data(), runs[1].data(), (dim + 1) * sizeof(float)) == 0);
+}
+
 TEST_CASE("elastic_group processes: a killed worker restarts with its id, joins, and ends identical") {
     for (const char* fault : {"step:15", "allreduce:3"}) {
         INFO(fault);
@@ -349,6 +371,14 @@ TEST_CASE("elastic_group: an unreachable store is a clear error naming it; bad o
                          trickle::invalid_argument);
     CHECK_THROWS_WITH_AS(trickle::comm::elastic_group(store, 0, {.initial = 1, .timeout = 0ms}),
                          doctest::Contains("timeout must be > 0"), trickle::invalid_argument);
+    {
+        trickle::comm::elastic_group_options o;
+        o.initial = 1;
+        o.timeout = 1000ms;
+        o.liveness = 2000ms;
+        CHECK_THROWS_WITH_AS(trickle::comm::elastic_group(store, 0, o), doctest::Contains("liveness must be in [0, timeout]"),
+                             trickle::invalid_argument);
+    }
     CHECK_THROWS_WITH_AS(trickle::comm::elastic_group(c10::intrusive_ptr<c10d::Store>(), 0, {.initial = 1}), doctest::Contains("store is null"),
                          trickle::invalid_argument);
     // One worker alone: a member at once, renewals change nothing, a second join is refused.

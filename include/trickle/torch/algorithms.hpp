@@ -88,7 +88,7 @@ public:
     std::size_t group_count() const { return algos_.size(); }
     // Over an elastic communicator (comm::elastic_group, comm::elastic_local): the view,
     // its changes and the protocol's costs (docs/elastic.md); the one group's.
-    const membership_stats& membership() const { return at(0).membership(); }
+    membership_stats membership() const { return at(0).membership(); }
     const model_params& params() const { return params_; }
     explicit operator bool() const { return !algos_.empty(); }
 

@@ -43,6 +43,10 @@
 #include <trickle/error.hpp>
 #include <trickle/torch/process_group.hpp>
 
+#if !defined(USE_C10D_GLOO)
+#error "trickle/torch/elastic_group.hpp needs c10d's Gloo process group: compile with -DUSE_C10D_GLOO (torch's CMake targets define it; a torch.utils.cpp_extension build must add it)"
+#endif
+
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
@@ -50,6 +54,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -116,6 +122,13 @@ struct elastic_group_options {
     std::string job = "trickle";
     // The address Gloo listens on ("": the machine's hostname, as c10d's default device).
     std::string hostname{};
+    // 0: off. Otherwise (> 0, at most the timeout; needs a TCPStore) each worker beats a
+    // counter in the store every liveness / 4 from a thread of its own, and a renewal stops
+    // waiting for a member whose counter has not moved for `liveness`: a killed worker is
+    // dropped after about `liveness` instead of the timeout, while a live but slow one is
+    // still waited for up to the timeout. A worker starved of CPU for longer than
+    // `liveness` is dropped too (it joins again), so leave a margin.
+    std::chrono::milliseconds liveness{0};
 };
 
 // One worker's handle (see the file's comment): a trickle::communicator and
@@ -133,9 +146,14 @@ public:
                 "hang its survivors), got ", o_.timeout.count());
         require(!o_.job.empty() && o_.job.find('/') == std::string::npos,
                 "comm::elastic_group: the job name must be non-empty and without '/', got '", o_.job, "'");
+        require(o_.liveness.count() >= 0 && o_.liveness <= o_.timeout,
+                "comm::elastic_group: liveness must be in [0, timeout] ms (0: off), got ", o_.liveness.count());
+        require(o_.liveness.count() == 0 || dynamic_cast<const c10d::TCPStore*>(store.get()) != nullptr,
+                "comm::elastic_group: liveness needs a c10d::TCPStore (its heartbeat uses a client of its own)");
         user_store_ = store;
         store_ = c10::make_intrusive<c10d::PrefixStore>(o_.job, std::move(store));
         inc_ = store_op("register", [&] { return store_->add(key("inc/", id_), 1); });
+        if (o_.liveness.count() > 0) start_heartbeat();
         if (inc_ == 1 && id_ < o_.initial) {
             view v;
             for (int i = 0; i < o_.initial; ++i) v.members.push_back({i, 1});
@@ -149,6 +167,7 @@ public:
     elastic_group& operator=(const elastic_group&) = delete;
 
     ~elastic_group() {
+        stop_heartbeat();
         try {
             pg_.reset();
         } catch (...) {
@@ -213,9 +232,10 @@ public:
         std::string d = store_op("renew", [&] {
             store_->set(R + "a/" + std::to_string(id_), bytes("1"));
             std::int64_t n = store_->add(R + "n", 1);
+            std::vector<std::pair<std::int64_t, clock::time_point>> beats;
             for (int round = 0;; pause(round)) {
                 if (store_->check({R + "d"})) return text(store_->get(R + "d"));
-                const bool all = n >= static_cast<std::int64_t>(view_.members.size()) || all_present(R);
+                const bool all = n >= static_cast<std::int64_t>(view_.members.size()) || all_present(R, beats);
                 if (all || clock::now() >= deadline) return decide(R);
                 n = store_->add(R + "n", 0);
             }
@@ -276,6 +296,7 @@ public:
     // it) and its process group is destroyed (peers in a collective with it fail at once).
     void leave() {
         if (dead_) return;
+        stop_heartbeat();
         drop();
         try {
             store_->add(key("inc/", id_), 1);
@@ -406,11 +427,60 @@ private:
 
     std::int64_t incarnation_of(int id) { return store_->add(key("inc/", id), 0); }
 
-    // Every member of the view arrived at renewal R or ended its incarnation.
-    bool all_present(const std::string& R) {
-        for (const auto& m : view_.members)
-            if (!store_->check({R + "a/" + std::to_string(m.id)}) && incarnation_of(m.id) == m.inc) return false;
+    // Every member of the view arrived at renewal R, ended its incarnation, or (liveness)
+    // has a heartbeat that has not moved for `liveness` while this worker waited.
+    bool all_present(const std::string& R, std::vector<std::pair<std::int64_t, clock::time_point>>& beats) {
+        const auto now = clock::now();
+        beats.resize(view_.members.size(), {-1, now});
+        for (std::size_t i = 0; i < view_.members.size(); ++i) {
+            const auto& m = view_.members[i];
+            if (store_->check({R + "a/" + std::to_string(m.id)}) || incarnation_of(m.id) != m.inc) continue;
+            if (o_.liveness.count() == 0) return false;
+            const std::int64_t beat = store_->add(detail::concat("hb/", m.id, "/", m.inc), 0);
+            if (beat != beats[i].first) beats[i] = {beat, now};
+            if (now - beats[i].second < o_.liveness) return false;
+        }
         return true;
+    }
+
+    // The heartbeat (liveness): a counter bumped every liveness / 4 over a store client of
+    // its own, so that it never waits behind the renewals' operations.
+    void start_heartbeat() {
+        const auto* tcp = dynamic_cast<const c10d::TCPStore*>(user_store_.get());
+        c10d::TCPStoreOptions t;
+        t.port = tcp->getPort();
+        t.isServer = false;
+        t.waitWorkers = false;
+        t.timeout = o_.timeout;
+        c10::intrusive_ptr<c10d::Store> client = store_op("heartbeat", [&] {
+            return c10::intrusive_ptr<c10d::Store>(
+                c10::make_intrusive<c10d::PrefixStore>(o_.job, c10::make_intrusive<c10d::TCPStore>(tcp->getHost(), t)));
+        });
+        beat_ = std::make_unique<heartbeat>();
+        const std::string k = detail::concat("hb/", id_, "/", inc_);
+        const auto period = std::max(o_.liveness / 4, std::chrono::milliseconds(1));
+        beat_->thread = std::thread([b = beat_.get(), client, k, period] {
+            std::unique_lock lock(b->mutex);
+            while (!b->stop) {
+                try {
+                    client->add(k, 1);
+                } catch (...) {
+                    return; // the store is gone: the renewals will say so
+                }
+                b->cv.wait_for(lock, period, [b] { return b->stop; });
+            }
+        });
+    }
+
+    void stop_heartbeat() {
+        if (!beat_) return;
+        {
+            std::lock_guard lock(beat_->mutex);
+            beat_->stop = true;
+        }
+        beat_->cv.notify_all();
+        if (beat_->thread.joinable()) beat_->thread.join();
+        beat_.reset();
     }
 
     // Closes renewal R: the members that arrived (their incarnation unchanged), the queued
@@ -565,6 +635,13 @@ private:
     std::uint64_t renewals_ = 0, commits_ = 0;
     bool dead_ = false, joined_ = false;
     traffic_counters before_{};
+    struct heartbeat {
+        std::mutex mutex;
+        std::condition_variable cv;
+        bool stop = false;
+        std::thread thread;
+    };
+    std::unique_ptr<heartbeat> beat_;
 };
 
 static_assert(byte_communicator<elastic_group>);

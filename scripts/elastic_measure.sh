@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# Measures comm::elastic_group across processes on this machine (docs/elastic.md,
+# "Across processes: measured"): how long the survivors lose to a worker killed with
+# SIGKILL inside an outer all-reduce, against the timeout; how long a joiner takes to
+# receive a DiLoCo state of 100M parameters over loopback, against the state's bytes
+# divided by the loopback bandwidth measured in the same run; and what a renewal plus a
+# commit vote cost per round when nothing changes.
+#   scripts/elastic_measure.sh [BUILD_DIR=build/host]   (needs the elastic_worker example built)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+dir=${1:-build/host}
+worker=$(ls "$dir"/examples/07_elastic_processes/elastic_worker "$dir"/tests/torch/elastic_worker 2>/dev/null | head -1)
+store=$(ls "$dir"/examples/07_elastic_processes/trickle-store 2>/dev/null | head -1)
+[ -x "$worker" ] && [ -x "$store" ] || { echo "elastic_measure: build elastic_worker and trickle_store in $dir first" >&2; exit 2; }
+tmp=$(mktemp -d)
+trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$tmp"' EXIT
+port=$((30000 + RANDOM % 20000))
+
+serve() { # a fresh store per experiment
+    port=$((port + 1))
+    "$store" --port "$port" > "$tmp/store.log" 2>&1 &
+    for _ in $(seq 100); do grep -q serving "$tmp/store.log" 2>/dev/null && return; sleep 0.05; done
+    echo "elastic_measure: the store did not start" >&2; exit 1
+}
+field() { sed -n "s/.* \([0-9.]*\) s $1.*/\1/p" "$2" | head -1; }
+
+echo "## Failure: worker 2 of 4 killed inside the 2nd outer step's all-reduce (DiLoCo, H = 10)"
+echo
+echo "| timeout (ms) | survivors' time lost (s), min / max of 3 | rounds retried |"
+echo "|---|---|---|"
+for T in 500 1000 2000 4000; do
+    lost=()
+    pids=()
+    serve
+    for i in 0 1 2 3; do
+        f=(); [ "$i" = 2 ] && f=(--fault allreduce:3)
+        "$worker" --store 127.0.0.1:$port --id $i --initial 4 --steps 40 --interval 10 --timeout-ms "$T" "${f[@]}" \
+            > "$tmp/w$i.log" 2>&1 &
+        pids+=($!)
+    done
+    wait "${pids[@]}" 2>/dev/null || true
+    for i in 0 1 3; do lost+=("$(field waiting "$tmp/w$i.log")"); done
+    retried=$(sed -n 's/.*, \([0-9]*\) rounds retried.*/\1/p' "$tmp/w0.log")
+    mn=$(printf '%s\n' "${lost[@]}" | sort -g | head -1); mx=$(printf '%s\n' "${lost[@]}" | sort -g | tail -1)
+    echo "| $T | $mn / $mx | $retried |"
+    pkill -f "trickle-store --port $port" || true
+done
+echo
+
+echo "## Nothing changes: SPARTA (a renewal and a commit vote every step), 4 workers, 64 parameters"
+echo
+serve
+for i in 0 1 2 3; do
+    "$worker" --store 127.0.0.1:$port --id $i --initial 4 --steps 400 --algorithm sparta --timeout-ms 5000 \
+        > "$tmp/s$i.log" 2>&1 &
+done
+sleep 1; while pgrep -f "elastic_worker --store 127.0.0.1:$port" > /dev/null; do sleep 0.2; done
+for i in 0 1 2 3; do
+    total=$(sed -n 's/.* \([0-9.]*\) s in all.*/\1/p' "$tmp/s$i.log")
+    wait_s=$(field waiting "$tmp/s$i.log")
+    python3 -c "print(f'worker $i: {1000*$total/400:.2f} ms per step in all, of which {1000*$wait_s/400:.2f} ms in renewals (arrival skew included)')"
+done
+pkill -f "trickle-store --port $port" || true
+echo
+
+echo "## A joiner receives a DiLoCo state of 100M parameters (2 members, loopback)"
+echo
+bw=$(python3 - <<'PY'
+import socket, threading, time
+n = 1 << 30
+chunk = b"\0" * (1 << 20)
+srv = socket.socket(); srv.bind(("127.0.0.1", 0)); srv.listen(1)
+port = srv.getsockname()[1]
+def sink():
+    c, _ = srv.accept()
+    got = 0
+    while got < n:
+        b = c.recv(1 << 20)
+        if not b: break
+        got += len(b)
+    c.close()
+t = threading.Thread(target=sink); t.start()
+s = socket.create_connection(("127.0.0.1", port))
+t0 = time.time()
+for _ in range(n // len(chunk)): s.sendall(chunk)
+s.close(); t.join()
+print(f"{n / (time.time() - t0):.0f}")
+PY
+)
+serve
+for i in 0 1; do
+    "$worker" --store 127.0.0.1:$port --id $i --initial 2 --steps 8 --interval 4 --dim 100000000 --inner tiny \
+        --hold-at 2 --timeout-ms 120000 > "$tmp/j$i.log" 2>&1 &
+done
+sleep 2
+"$worker" --store 127.0.0.1:$port --id 2 --initial 2 --steps 8 --interval 4 --dim 100000000 --inner tiny \
+    --timeout-ms 120000 > "$tmp/j2.log" 2>&1
+while pgrep -f "elastic_worker --store 127.0.0.1:$port" > /dev/null; do sleep 0.2; done
+join_s=$(sed -n 's/.*constructed in \([0-9.]*\) s (joined.*/\1/p' "$tmp/j2.log")
+bytes=$(sed -n 's/.*, \([0-9]*\) B of state moved.*/\1/p' "$tmp/j2.log")
+python3 -c "
+bw=$bw; b=$bytes; s=$join_s
+print(f'loopback bandwidth (one TCP stream, measured now): {bw/1e9:.2f} GB/s')
+print(f'state moved: {b/1e6:.0f} MB; joiner admitted and holding the state in {s:.2f} s')
+print(f'ratio to bytes / bandwidth: {s/(b/bw):.1f}x (bytes / bandwidth = {b/bw:.2f} s)')"
+cat "$tmp"/j*.log | grep -v "^$" | sed 's/^/    /'

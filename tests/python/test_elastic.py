@@ -1,0 +1,124 @@
+"""trickle.DiLoCo over trickle.Elastic: worker processes that die and come back.
+
+    build/pyenv/bin/python tests/python/test_elastic.py
+
+The driver serves a TCPStore (as `python3 -m trickle.store` would) and starts 3 worker
+processes of this file. Worker 2 kills itself with SIGKILL at step 12, inside its local
+round; the driver starts it again with the same id, and it joins at the members' next
+outer step. At the end the three workers hold the same parameters, bit for bit, and the
+membership says one left and one joined. Bad arguments are refused before anything runs.
+"""
+
+import datetime
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+import trickle
+
+STEPS, INTERVAL, KILL_AT, HOLD_AT = 50, 5, 12, 25
+
+
+def worker(port: int, wid: int, out: str, kill: bool) -> int:
+    store = trickle.connect_store("127.0.0.1", port)
+    torch.manual_seed(0)
+    model = torch.nn.Linear(16, 4)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    el = trickle.Elastic(store, id=wid, initial=3, timeout=5.0, liveness=1.0)
+    if wid == 2 and not kill:
+        store.set("test/joiner", "1")  # the restarted worker is about to queue its join
+    diloco = trickle.DiLoCo(model, interval=INTERVAL, outer="nesterov", seed=3, elastic=el)
+    g = torch.Generator().manual_seed(100 + wid)
+    start = diloco.stats.steps
+    for t in range(start, STEPS):
+        if kill and t == KILL_AT:
+            sys.stdout.flush()
+            os.kill(os.getpid(), signal.SIGKILL)
+        if t == HOLD_AT and wid != 2:
+            store.wait(["test/joiner"], datetime.timedelta(seconds=60))
+        x = torch.randn(8, 16, generator=g)
+        loss = (model(x) - x[:, :4]).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        diloco.step()
+    torch.save({"params": [p.detach().clone() for p in model.parameters()], "membership": diloco.membership,
+                "start": start}, out)
+    print(f"worker {wid}: {diloco.membership}", flush=True)
+    return 0
+
+
+def refusals() -> None:
+    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    model = torch.nn.Linear(2, 2)
+    # A one-process group, so that the plain DiLoCo case reaches its option check.
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    cases = [
+        (lambda: trickle.Elastic(store, id=-1, initial=1), ValueError, "id must be >= 0"),
+        (lambda: trickle.Elastic(store, id=0, initial=0), ValueError, "initial must be >= 1"),
+        (lambda: trickle.Elastic(store, id=0, initial=1, timeout=0), ValueError, "timeout must be > 0"),
+        (lambda: trickle.Elastic(store, id=0, initial=1, timeout=1, liveness=2), ValueError, "liveness must be in"),
+        (lambda: trickle.Elastic("nope", id=0, initial=1), TypeError, "torch.distributed.Store"),
+        (lambda: trickle.DiLoCo(model, elastic="x"), TypeError, "trickle.Elastic"),
+        (lambda: trickle.SPARTA(model, elastic=trickle.Elastic(store, id=0, initial=1)), TypeError,
+         "trickle.DiLoCo in this version"),
+        (lambda: trickle.DiLoCo(model, min_workers=2), ValueError, "applies with elastic= only"),
+        (lambda: trickle.DiLoCo(model, elastic=trickle.Elastic(store, id=0, initial=1), min_workers=2), ValueError,
+         "min_workers (2) is larger than the world (1 workers)"),
+        (lambda: trickle.connect_store("127.0.0.1", 1, timeout=0.3), RuntimeError, "no store answered at 127.0.0.1:1"),
+    ]
+    for make, exc, text in cases:
+        try:
+            make()
+        except exc as e:
+            assert text in str(e), f"expected {text!r} in {e}"
+        else:
+            raise AssertionError(f"expected {exc.__name__} containing {text!r}")
+    dist.destroy_process_group()
+    print("test_elastic: refusals ok", flush=True)
+
+
+def main() -> int:
+    if len(sys.argv) > 1 and sys.argv[1] == "--worker":
+        port, wid, out, kill = int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5] == "1"
+        return worker(port, wid, out, kill)
+    refusals()
+    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    port = store.port
+    tmp = os.environ.get("TMPDIR", "/tmp")
+    outs = [os.path.join(tmp, f"trickle_test_elastic_{os.getpid()}_{i}.pt") for i in range(3)]
+    me = os.path.abspath(__file__)
+
+    def start(wid: int, kill: bool):
+        return subprocess.Popen([sys.executable, me, "--worker", str(port), str(wid), outs[wid], "1" if kill else "0"])
+
+    procs = [start(i, i == 2) for i in range(3)]
+    t0 = time.time()
+    rc = procs[2].wait(timeout=120)
+    assert rc == -signal.SIGKILL, f"worker 2 should have died of SIGKILL, got {rc}"
+    procs[2] = start(2, False)  # the same id again: a joiner
+    for i, p in enumerate(procs):
+        rc = p.wait(timeout=180)
+        assert rc == 0, f"worker {i} exited with {rc}"
+    res = [torch.load(o) for o in outs]
+    for o in outs:
+        os.remove(o)
+    for i in (1, 2):
+        for a, b in zip(res[0]["params"], res[i]["params"]):
+            assert torch.equal(a, b), f"worker {i}'s parameters differ from worker 0's"
+    for i in (0, 1):
+        m = res[i]["membership"]
+        assert m["left"] == 1 and m["joined"] == 1 and m["workers"] == 3, m
+    assert res[2]["start"] > KILL_AT, res[2]["start"]
+    print(f"test_elastic: ok in {time.time() - t0:.1f} s: a killed worker's survivors carried on, its restart "
+          f"joined at step {res[2]['start']}, all 3 end bit-identical; {res[0]['membership']}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
