@@ -381,6 +381,15 @@ TEST_CASE("elastic_group: an unreachable store is a clear error naming it; bad o
     }
     CHECK_THROWS_WITH_AS(trickle::comm::elastic_group(c10::intrusive_ptr<c10d::Store>(), 0, {.initial = 1}), doctest::Contains("store is null"),
                          trickle::invalid_argument);
+    // A first member whose peers never start gives up at start_timeout, naming them.
+    {
+        auto other = trickle::comm::host_store(0);
+        trickle::comm::elastic_group_options o;
+        o.initial = 3;
+        o.start_timeout = 300ms;
+        CHECK_THROWS_WITH_AS(trickle::comm::elastic_group(other, 1, o),
+                             doctest::Contains("did not all start within 300 ms (missing: 0, 2)"), trickle::comm_error);
+    }
     // One worker alone: a member at once, renewals change nothing, a second join is refused.
     trickle::comm::elastic_group one(store, 0, {.initial = 1, .timeout = 1000ms});
     CHECK(one.member());

@@ -129,6 +129,9 @@ struct elastic_group_options {
     // still waited for up to the timeout. A worker starved of CPU for longer than
     // `liveness` is dropped too (it joins again), so leave a margin.
     std::chrono::milliseconds liveness{0};
+    // How long the first members wait for each other at the start (processes started
+    // seconds apart, on several machines), before epoch 0's group is formed; > 0.
+    std::chrono::milliseconds start_timeout{std::chrono::minutes(5)};
 };
 
 // One worker's handle (see the file's comment): a trickle::communicator and
@@ -146,6 +149,8 @@ public:
                 "hang its survivors), got ", o_.timeout.count());
         require(!o_.job.empty() && o_.job.find('/') == std::string::npos,
                 "comm::elastic_group: the job name must be non-empty and without '/', got '", o_.job, "'");
+        require(o_.start_timeout.count() > 0, "comm::elastic_group: start_timeout must be > 0 ms, got ",
+                o_.start_timeout.count());
         require(o_.liveness.count() >= 0 && o_.liveness <= o_.timeout,
                 "comm::elastic_group: liveness must be in [0, timeout] ms (0: off), got ", o_.liveness.count());
         require(o_.liveness.count() == 0 || dynamic_cast<const c10d::TCPStore*>(store.get()) != nullptr,
@@ -155,6 +160,7 @@ public:
         inc_ = store_op("register", [&] { return store_->add(key("inc/", id_), 1); });
         if (o_.liveness.count() > 0) start_heartbeat();
         if (inc_ == 1 && id_ < o_.initial) {
+            await_start();
             view v;
             for (int i = 0; i < o_.initial; ++i) v.members.push_back({i, 1});
             membership_change ch;
@@ -229,14 +235,20 @@ public:
         check_usable("renew");
         const std::string R = detail::concat("r/", view_.epoch, "/", renewals_, "/");
         const auto deadline = clock::now() + o_.timeout;
+        bool wrote = false;
         std::string d = store_op("renew", [&] {
-            store_->set(R + "a/" + std::to_string(id_), bytes("1"));
             std::int64_t n = store_->add(R + "n", 1);
+            const auto size = static_cast<std::int64_t>(view_.members.size());
+            // The last to arrive decides at once; the others leave their arrival for a
+            // decider that closes the renewal at its timeout.
+            if (n >= size) return decide(R, true);
+            store_->set(R + "a/" + std::to_string(id_), bytes("1"));
+            wrote = true;
             std::vector<std::pair<std::int64_t, clock::time_point>> beats;
             for (int round = 0;; pause(round)) {
                 if (store_->check({R + "d"})) return text(store_->get(R + "d"));
-                const bool all = n >= static_cast<std::int64_t>(view_.members.size()) || all_present(R, beats);
-                if (all || clock::now() >= deadline) return decide(R);
+                const bool everyone = n >= size;
+                if (everyone || all_present(R, beats) || clock::now() >= deadline) return decide(R, everyone);
                 n = store_->add(R + "n", 0);
             }
         });
@@ -244,10 +256,11 @@ public:
         const view next = view::parse(d);
         membership_change ch = change_to(next);
         admit(next, ch);
-        store_op("renew", [&] {
-            store_->deleteKey(R + "a/" + std::to_string(id_));
-            return 0;
-        });
+        if (wrote)
+            store_op("renew", [&] {
+                store_->deleteKey(R + "a/" + std::to_string(id_));
+                return 0;
+            });
         if (!next.has(id_)) {
             drop();
             throw peer_failure(detail::concat("comm::elastic_group renew: worker ", id_,
@@ -443,6 +456,28 @@ private:
         return true;
     }
 
+    // The first members meet in the store before epoch 0's group is formed, so that the
+    // group's rendezvous (bounded by the timeout) does not also absorb the start-up skew.
+    void await_start() {
+        store_op("start", [&] {
+            store_->set(key("start/", id_), bytes("1"));
+            const auto deadline = clock::now() + o_.start_timeout;
+            for (int round = 0;; pause(round)) {
+                std::vector<int> missing;
+                for (int i = 0; i < o_.initial; ++i)
+                    if (!store_->check({key("start/", i)})) missing.push_back(i);
+                if (missing.empty()) return 0;
+                if (clock::now() >= deadline) {
+                    std::string ids;
+                    for (int i : missing) ids += (ids.empty() ? "" : ", ") + std::to_string(i);
+                    throw comm_error(detail::concat("comm::elastic_group: worker ", id_, ": the first ", o_.initial,
+                                                    " workers did not all start within ", o_.start_timeout.count(),
+                                                    " ms (missing: ", ids, ")"));
+                }
+            }
+        });
+    }
+
     // The heartbeat (liveness): a counter bumped every liveness / 4 over a store client of
     // its own, so that it never waits behind the renewals' operations.
     void start_heartbeat() {
@@ -485,11 +520,13 @@ private:
 
     // Closes renewal R: the members that arrived (their incarnation unchanged), the queued
     // joiners whose incarnation is current; written once (the first writer wins).
-    std::string decide(const std::string& R) {
+    // `everyone`: the arrival count says every member arrived (then nobody's arrival or
+    // incarnation needs reading: the common case costs three store operations).
+    std::string decide(const std::string& R, bool everyone) {
         view next;
         next.consumed = view_.consumed;
         for (const auto& m : view_.members) {
-            if (store_->check({R + "a/" + std::to_string(m.id)}) && incarnation_of(m.id) == m.inc)
+            if (everyone || (store_->check({R + "a/" + std::to_string(m.id)}) && incarnation_of(m.id) == m.inc))
                 next.members.push_back(m);
             else
                 next.left.push_back(m.id);
