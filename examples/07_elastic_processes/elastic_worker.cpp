@@ -41,6 +41,8 @@ struct args {
     int id = -1, initial = 4, steps = 120, interval = 10, dim = 64, min_workers = 1;
     int timeout_ms = 3000;
     int liveness_ms = 0;   // elastic_group_options::liveness (0: off)
+    std::string job = "trickle"; // elastic_group_options::job (one per shard, for replicas of many ranks)
+    int shard = 0;         // which shard of the model this rank trains (its data differ per shard)
     std::string algorithm = "diloco";
     std::string fault;     // step:T | allreduce:K | commit:K | transfer | joiner-transfer | corrupt-transfer
     int hold_at = -1;      // before inner step T, wait until a join request is queued
@@ -53,7 +55,7 @@ struct args {
     std::fprintf(stderr,
                  "elastic_worker: %s\n"
                  "usage: elastic_worker --id I [--store HOST:PORT] [--initial N] [--steps S] [--interval H]\n"
-                 "       [--dim D] [--min-workers M] [--timeout-ms T] [--liveness-ms L]\n"
+                 "       [--dim D] [--min-workers M] [--timeout-ms T] [--liveness-ms L] [--job NAME] [--shard S]\n"
                  "       [--algorithm diloco|sparta|sparta_diloco]\n"
                  "       [--fault step:T|allreduce:K|commit:K|transfer|joiner-transfer|corrupt-transfer]\n"
                  "       [--hold-at T] [--seed S] [--inner sgd|tiny] [--out FILE]\n",
@@ -91,6 +93,8 @@ args parse(int argc, char** argv) {
         else if (f == "--min-workers") a.min_workers = to_int(f, v);
         else if (f == "--timeout-ms") a.timeout_ms = to_int(f, v);
         else if (f == "--liveness-ms") a.liveness_ms = to_int(f, v);
+        else if (f == "--job") a.job = v;
+        else if (f == "--shard") a.shard = to_int(f, v);
         else if (f == "--algorithm") a.algorithm = v;
         else if (f == "--fault") a.fault = v;
         else if (f == "--hold-at") a.hold_at = to_int(f, v);
@@ -195,8 +199,8 @@ static_assert(trickle::comm::elastic_communicator<faulty_group>);
 float truth_w(int i) { return std::cos(0.2f * static_cast<float>(i)); }
 constexpr float truth_b = -0.25f;
 
-void inner_step(std::vector<float>& w, std::vector<float>& b, int id, std::uint64_t t) {
-    std::mt19937 rng(static_cast<std::uint32_t>(1000 * id + t));
+void inner_step(std::vector<float>& w, std::vector<float>& b, int id, int shard, std::uint64_t t) {
+    std::mt19937 rng(static_cast<std::uint32_t>(1000 * id + t + 7777 * shard));
     std::normal_distribution<float> x_dist(0.2f * static_cast<float>(id % 5 - 2), 1.0f), noise(0.0f, 0.05f);
     const std::size_t dim = w.size();
     std::vector<float> gw(dim, 0.0f), x(dim);
@@ -229,13 +233,13 @@ trickle::membership_stats train(Alg& alg, faulty_group& comm, trickle::comm::ela
         comm.kill_if_step(static_cast<int>(t));
         if (static_cast<int>(t) == a.hold_at) {
             // Says so in the store (a driver starts the joiner then), and waits for it.
-            store.set("trickle-test/holding/" + std::to_string(a.id), {'1'});
+            store.set("trickle-test/holding/" + a.job + "/" + std::to_string(a.id), {'1'});
             while (group.joiners_queued() < 1) std::this_thread::sleep_for(1ms);
         }
         if (a.tiny)
             w[t % w.size()] += 0.001f * static_cast<float>(a.id + 1);
         else
-            inner_step(w, b, a.id, t);
+            inner_step(w, b, a.id, a.shard, t);
         alg.step(trickle::exec::host{});
     }
     return alg.membership();
@@ -259,6 +263,7 @@ int main(int argc, char** argv) {
             eo.initial = a.initial;
             eo.timeout = std::chrono::milliseconds(a.timeout_ms);
             eo.liveness = std::chrono::milliseconds(a.liveness_ms);
+            eo.job = a.job;
             trickle::comm::elastic_group group(store, a.id, eo);
             faulty_group comm(group, attempt == 0 ? f : fault{});
             trickle::param_group<float> params;

@@ -7,6 +7,7 @@
 //
 // scripts/elastic_soak.sh runs this suite 20 times in a loop (the bar before a change to
 // the protocol lands).
+#include <trickle/comm/replicas.hpp>
 #include <trickle/torch/elastic_group.hpp>
 
 #include <doctest/doctest.h>
@@ -126,10 +127,10 @@ public:
 
     void set_common(std::vector<std::string> c) { common_ = std::move(c); }
     // Waits until worker `id` holds at its --hold-at step (it waits there for a joiner).
-    void wait_holding(int id) {
+    void wait_holding(int id, const std::string& job = "trickle") {
         auto s = client();
         for (int i = 0; i < 12000; ++i) {
-            if (s->check({"trickle-test/holding/" + std::to_string(id)})) return;
+            if (s->check({"trickle-test/holding/" + job + "/" + std::to_string(id)})) return;
             std::this_thread::sleep_for(5ms);
         }
         FAIL("worker ", id, " never reached its --hold-at step");
@@ -313,6 +314,44 @@ TEST_CASE("elastic_group processes: SIGKILL inside a state transfer, of the dono
             CHECK(o.left == 1);
         }
     }
+}
+
+TEST_CASE("elastic_group processes: 2 replicas of 2 shards; a whole replica dies and comes back") {
+    // Rank (replica q, shard s) runs DiLoCo on its shard (its own size and seed: the
+    // replica_layout's shard_seed) over shard s's cross-replica elastic group (job
+    // "trickle-shard<s>", worker id q). Replica 1 loses both its ranks at step 15; both are
+    // started again and join their shards' groups. Each shard's replicas end
+    // bit-identical; the two shards differ.
+    job j("replicas");
+    j.set_common({"--initial", "2", "--steps", "60", "--interval", "10", "--timeout-ms", "1500", "--hold-at", "35"});
+    std::map<std::string, std::string> keys;
+    for (int s = 0; s < 2; ++s) {
+        const trickle::comm::replica_layout L(s, 4, 2); // world rank s: replica 0, shard s
+        for (int q = 0; q < 2; ++q) {
+            std::vector<std::string> a = {"--job", L.elastic_job(), "--shard", std::to_string(L.shard()), "--seed",
+                                          std::to_string(L.shard_seed(7) % 1000000)};
+            if (q == 1) a.insert(a.end(), {"--fault", "step:15"});
+            keys[std::to_string(q) + "/" + std::to_string(s)] = j.start(q, a, "s" + std::to_string(s));
+        }
+    }
+    for (int s = 0; s < 2; ++s) CHECK(j.finish(keys["1/" + std::to_string(s)]).status == -SIGKILL);
+    std::map<int, std::string> again;
+    for (int s = 0; s < 2; ++s) {
+        const trickle::comm::replica_layout L(s, 4, 2);
+        j.wait_holding(0, L.elastic_job());
+        again[s] = j.start(1, {"--job", L.elastic_job(), "--shard", std::to_string(L.shard()), "--seed",
+                               std::to_string(L.shard_seed(7) % 1000000)},
+                           "s" + std::to_string(s) + "b");
+    }
+    std::vector<std::vector<float>> shard_params;
+    for (int s = 0; s < 2; ++s) {
+        std::vector<outcome> live{j.finish(keys["0/" + std::to_string(s)]), j.finish(again[s])};
+        check_same(live);
+        CHECK(live[0].left == 1);
+        CHECK(live[0].joined == 1);
+        shard_params.push_back(live[0].params);
+    }
+    CHECK(std::memcmp(shard_params[0].data(), shard_params[1].data(), (dim + 1) * sizeof(float)) != 0);
 }
 
 TEST_CASE("elastic_group processes: refusals without a hang") {
