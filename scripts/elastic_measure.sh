@@ -9,41 +9,54 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=${1:-build/host}
-worker=$(ls "$dir"/examples/07_elastic_processes/elastic_worker "$dir"/tests/torch/elastic_worker 2>/dev/null | head -1)
-store=$(ls "$dir"/examples/07_elastic_processes/trickle-store 2>/dev/null | head -1)
+worker=
+for w in "$dir"/examples/07_elastic_processes/elastic_worker "$dir"/tests/torch/elastic_worker; do
+    [ -x "$w" ] && { worker=$w; break; }
+done
+store="$dir"/examples/07_elastic_processes/trickle-store
 [ -x "$worker" ] && [ -x "$store" ] || { echo "elastic_measure: build elastic_worker and trickle_store in $dir first" >&2; exit 2; }
 tmp=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$tmp"' EXIT
-port=$((30000 + RANDOM % 20000))
+port=0
+store_pid=
 
-serve() { # a fresh store per experiment
-    port=$((port + 1))
-    "$store" --port "$port" > "$tmp/store.log" 2>&1 &
-    for _ in $(seq 100); do grep -q serving "$tmp/store.log" 2>/dev/null && return; sleep 0.05; done
-    echo "elastic_measure: the store did not start" >&2; exit 1
+serve() { # a fresh store per experiment, on a free port
+    [ -n "$store_pid" ] && kill "$store_pid" 2>/dev/null && wait "$store_pid" 2>/dev/null || true
+    "$store" --port 0 > "$tmp/store.log" 2>&1 &
+    store_pid=$!
+    for _ in $(seq 200); do
+        port=$(sed -n 's/.*serving on port \([0-9]*\).*/\1/p' "$tmp/store.log" 2>/dev/null)
+        [ -n "$port" ] && return
+        sleep 0.05
+    done
+    echo "elastic_measure: the store did not start:" >&2; cat "$tmp/store.log" >&2; exit 1
 }
 field() { sed -n "s/.* \([0-9.]*\) s $1.*/\1/p" "$2" | head -1; }
 
 echo "## Failure: worker 2 of 4 killed inside the 2nd outer step's all-reduce (DiLoCo, H = 10)"
 echo
-echo "| timeout (ms) | survivors' time lost (s), min / max of 3 | rounds retried |"
-echo "|---|---|---|"
-for T in 500 1000 2000 4000; do
+echo "| timeout (ms) | liveness (ms) | survivors' time lost (s), min / max of 3 | rounds retried |"
+echo "|---|---|---|---|"
+for TL in 1000:0 2000:0 4000:0 8000:0 8000:500 8000:1000 8000:2000; do
+    T=${TL%%:*}; L=${TL##*:}
     lost=()
     pids=()
     serve
     for i in 0 1 2 3; do
         f=(); [ "$i" = 2 ] && f=(--fault allreduce:3)
-        "$worker" --store 127.0.0.1:$port --id $i --initial 4 --steps 40 --interval 10 --timeout-ms "$T" "${f[@]}" \
-            > "$tmp/w$i.log" 2>&1 &
+        "$worker" --store 127.0.0.1:$port --id $i --initial 4 --steps 40 --interval 10 --timeout-ms "$T" \
+            --liveness-ms "$L" "${f[@]}" > "$tmp/w$i.log" 2>&1 &
         pids+=($!)
     done
     wait "${pids[@]}" 2>/dev/null || true
-    for i in 0 1 3; do lost+=("$(field waiting "$tmp/w$i.log")"); done
+    for i in 0 1 3; do
+        v=$(field waiting "$tmp/w$i.log")
+        [ -n "$v" ] || { echo "elastic_measure: worker $i failed:" >&2; cat "$tmp/w$i.log" >&2; exit 1; }
+        lost+=("$v")
+    done
     retried=$(sed -n 's/.*, \([0-9]*\) rounds retried.*/\1/p' "$tmp/w0.log")
     mn=$(printf '%s\n' "${lost[@]}" | sort -g | head -1); mx=$(printf '%s\n' "${lost[@]}" | sort -g | tail -1)
-    echo "| $T | $mn / $mx | $retried |"
-    pkill -f "trickle-store --port $port" || true
+    echo "| $T | $L | $mn / $mx | $retried |"
 done
 echo
 
@@ -54,13 +67,12 @@ for i in 0 1 2 3; do
     "$worker" --store 127.0.0.1:$port --id $i --initial 4 --steps 400 --algorithm sparta --timeout-ms 5000 \
         > "$tmp/s$i.log" 2>&1 &
 done
-sleep 1; while pgrep -f "elastic_worker --store 127.0.0.1:$port" > /dev/null; do sleep 0.2; done
+wait $(jobs -p | grep -v "^$store_pid\$") 2>/dev/null || true
 for i in 0 1 2 3; do
     total=$(sed -n 's/.* \([0-9.]*\) s in all.*/\1/p' "$tmp/s$i.log")
     wait_s=$(field waiting "$tmp/s$i.log")
     python3 -c "print(f'worker $i: {1000*$total/400:.2f} ms per step in all, of which {1000*$wait_s/400:.2f} ms in renewals (arrival skew included)')"
 done
-pkill -f "trickle-store --port $port" || true
 echo
 
 echo "## A joiner receives a DiLoCo state of 100M parameters (2 members, loopback)"
@@ -95,7 +107,7 @@ done
 sleep 2
 "$worker" --store 127.0.0.1:$port --id 2 --initial 2 --steps 8 --interval 4 --dim 100000000 --inner tiny \
     --timeout-ms 120000 > "$tmp/j2.log" 2>&1
-while pgrep -f "elastic_worker --store 127.0.0.1:$port" > /dev/null; do sleep 0.2; done
+wait $(jobs -p | grep -v "^$store_pid\$") 2>/dev/null || true
 join_s=$(sed -n 's/.*constructed in \([0-9.]*\) s (joined.*/\1/p' "$tmp/j2.log")
 bytes=$(sed -n 's/.*, \([0-9]*\) B of state moved.*/\1/p' "$tmp/j2.log")
 python3 -c "

@@ -64,3 +64,27 @@ TEST_CASE("crc32c: slicing-by-8 equals the bitwise definition; chunks continue t
         data[bit / 8] ^= static_cast<unsigned char>(1u << (bit % 8));
     }
 }
+
+TEST_CASE("crc32c: the table path equals the bitwise definition, and the hardware path the table path") {
+    std::vector<unsigned char> data(1031);
+    std::uint32_t x = 777;
+    for (auto& v : data) {
+        x = x * 1664525u + 1013904223u;
+        v = static_cast<unsigned char>(x >> 24);
+    }
+    for (std::size_t start = 0; start < 9; ++start) // every alignment of the 8-byte loop
+        for (std::size_t n = 0; start + n <= data.size(); n += 1 + n / 3) {
+            const unsigned char* p = data.data() + start;
+            const std::uint32_t table = ~trickle::detail::crc32c_portable(~0u, p, n);
+            REQUIRE(table == crc32c_bitwise(p, n));
+#if defined(TRICKLE_CRC32C_HARDWARE)
+            if (trickle::detail::crc32c_hardware())
+                REQUIRE(~trickle::detail::crc32c_sse42(~0u, p, n) == table);
+#endif
+        }
+#if defined(TRICKLE_CRC32C_HARDWARE)
+    if (!trickle::detail::crc32c_hardware()) MESSAGE("this CPU has no SSE4.2: the hardware path is not compared");
+#else
+    MESSAGE("not x86-64 with GCC or Clang: only the table path exists here");
+#endif
+}

@@ -53,15 +53,19 @@ namespace detail {
 // (all_gather_bytes), its bytes through the float broadcast (the bits travel unchanged:
 // every communicator's broadcast copies them).
 template <class Comm>
-std::string broadcast_blob(Comm& comm, const std::string& blob, int root) {
+std::string broadcast_blob(Comm& comm, std::string blob, int root) {
     const std::uint64_t mine = comm.rank() == root ? blob.size() : 0;
     std::vector<std::uint64_t> lengths(static_cast<std::size_t>(comm.size()));
     comm.all_gather_bytes(&mine, lengths.data(), sizeof mine);
     const std::uint64_t len = lengths[static_cast<std::size_t>(root)];
-    std::vector<float> data((len + sizeof(float) - 1) / sizeof(float), 0.0f);
-    if (comm.rank() == root && len != 0) std::memcpy(data.data(), blob.data(), len);
-    comm.broadcast(data.data(), data.size(), root);
-    return std::string(reinterpret_cast<const char*>(data.data()), len);
+    // The bytes travel in place, in the string padded to whole floats (a state of many
+    // megabytes is not copied into a float buffer and back).
+    const std::size_t floats = (len + sizeof(float) - 1) / sizeof(float);
+    if (comm.rank() != root) blob.assign(floats * sizeof(float), '\0');
+    else blob.resize(floats * sizeof(float), '\0');
+    comm.broadcast(reinterpret_cast<float*>(blob.data()), floats, root);
+    blob.resize(len);
+    return blob;
 }
 
 // The welcome of step 2 above. Engine provides:
@@ -108,7 +112,7 @@ bool welcome(Comm& comm, Engine& e, membership_stats& ms, const comm::membership
     std::string mine_failed;
     if (i_join && why[static_cast<std::size_t>(me)].empty()) {
         try {
-            e.receive_state(blob);
+            e.receive_state(blob); // (the hash below reads the applied state, not the blob)
         } catch (const error& ex) {
             mine_failed = ex.what();
         }

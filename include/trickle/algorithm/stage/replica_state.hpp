@@ -181,7 +181,7 @@ public:
                 w.section(s.name, b.data(), b.size());
             }
         w.finish();
-        return os.str();
+        return std::move(os).str();
     }
     // Applies a transfer; throws trickle::error (nothing applied) when it is refused.
     void receive(const std::string& blob) {
