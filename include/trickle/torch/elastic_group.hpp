@@ -67,6 +67,27 @@
 
 TRICKLE_NAMESPACE_BEGIN
 
+namespace detail {
+
+// A TCPStore on `host`:`port`: a client, or (server) the store itself.
+inline c10::intrusive_ptr<c10d::TCPStore> tcp_store(const std::string& host, int port, bool server,
+                                                    std::chrono::milliseconds timeout) {
+    c10d::TCPStoreOptions o;
+    o.port = static_cast<std::uint16_t>(port);
+    o.isServer = server;
+    o.waitWorkers = false;
+    o.timeout = timeout;
+    return c10::make_intrusive<c10d::TCPStore>(host, o);
+}
+
+// An exception's text, without c10's backtrace.
+inline std::string what_of(const std::exception& e) {
+    const auto* c = dynamic_cast<const c10::Error*>(&e);
+    return c ? c->what_without_backtrace() : e.what();
+}
+
+} // namespace detail
+
 namespace comm {
 
 // Connects to the key-value store that holds the elastic view (a c10d::TCPStore hosted
@@ -77,19 +98,12 @@ inline c10::intrusive_ptr<c10d::Store> connect_store(const std::string& host, in
     require(!host.empty(), "comm::connect_store: the host is empty");
     require(port > 0 && port < 65536, "comm::connect_store: port ", port, " out of range [1, 65535]");
     require(timeout.count() > 0, "comm::connect_store: the timeout must be > 0 ms, got ", timeout.count());
-    c10d::TCPStoreOptions o;
-    o.port = static_cast<std::uint16_t>(port);
-    o.isServer = false;
-    o.waitWorkers = false;
-    o.timeout = timeout;
     try {
-        return c10::make_intrusive<c10d::TCPStore>(host, o);
+        return detail::tcp_store(host, port, false, timeout);
     } catch (const std::exception& e) {
-        const auto* c = dynamic_cast<const c10::Error*>(&e);
         throw comm_error(detail::concat("comm::connect_store: no store answered at ", host, ":", port, " within ",
                                         timeout.count(), " ms (start one: trickle-store --port ", port,
-                                        ", or python3 -m trickle.store --port ", port, "): ",
-                                        c ? c->what_without_backtrace() : e.what()));
+                                        ", or python3 -m trickle.store --port ", port, "): ", detail::what_of(e)));
     }
 }
 
@@ -97,17 +111,10 @@ inline c10::intrusive_ptr<c10d::Store> connect_store(const std::string& host, in
 // server on `port` (0: any free port; port() of the result says which).
 inline c10::intrusive_ptr<c10d::TCPStore> host_store(int port, std::chrono::milliseconds timeout = std::chrono::seconds(30)) {
     require(port >= 0 && port < 65536, "comm::host_store: port ", port, " out of range [0, 65535]");
-    c10d::TCPStoreOptions o;
-    o.port = static_cast<std::uint16_t>(port);
-    o.isServer = true;
-    o.waitWorkers = false;
-    o.timeout = timeout;
     try {
-        return c10::make_intrusive<c10d::TCPStore>("127.0.0.1", o);
+        return detail::tcp_store("127.0.0.1", port, true, timeout);
     } catch (const std::exception& e) {
-        const auto* c = dynamic_cast<const c10::Error*>(&e);
-        throw comm_error(detail::concat("comm::host_store: cannot serve a store on port ", port, ": ",
-                                        c ? c->what_without_backtrace() : e.what()));
+        throw comm_error(detail::concat("comm::host_store: cannot serve a store on port ", port, ": ", detail::what_of(e)));
     }
 }
 
@@ -418,10 +425,9 @@ private:
         } catch (const trickle::error&) {
             throw;
         } catch (const std::exception& e) {
-            const auto* c = dynamic_cast<const c10::Error*>(&e);
             throw comm_error(detail::concat("comm::elastic_group ", op, ": worker ", id_,
                                             ": the key-value store failed (is the store process alive?): ",
-                                            c ? c->what_without_backtrace() : e.what()));
+                                            detail::what_of(e)));
         }
     }
 
@@ -482,14 +488,9 @@ private:
     // its own, so that it never waits behind the renewals' operations.
     void start_heartbeat() {
         const auto* tcp = dynamic_cast<const c10d::TCPStore*>(user_store_.get());
-        c10d::TCPStoreOptions t;
-        t.port = tcp->getPort();
-        t.isServer = false;
-        t.waitWorkers = false;
-        t.timeout = o_.timeout;
         c10::intrusive_ptr<c10d::Store> client = store_op("heartbeat", [&] {
-            return c10::intrusive_ptr<c10d::Store>(
-                c10::make_intrusive<c10d::PrefixStore>(o_.job, c10::make_intrusive<c10d::TCPStore>(tcp->getHost(), t)));
+            return c10::intrusive_ptr<c10d::Store>(c10::make_intrusive<c10d::PrefixStore>(
+                o_.job, detail::tcp_store(tcp->getHost(), tcp->getPort(), false, o_.timeout)));
         });
         beat_ = std::make_unique<heartbeat>();
         const std::string k = detail::concat("hb/", id_, "/", inc_);
@@ -592,11 +593,10 @@ private:
             pg_ = std::make_unique<process_group>(
                 c10::make_intrusive<c10d::ProcessGroupGloo>(prefix, rank_, size(), opts));
         } catch (const std::exception& e) {
-            const auto* c = dynamic_cast<const c10::Error*>(&e);
             mark_broken();
             throw peer_failure(detail::concat(who, ": worker ", id_, " could not form epoch ", v.epoch,
                                               "'s process group (", size(), " workers) within ", o_.timeout.count(),
-                                              " ms: ", c ? c->what_without_backtrace() : e.what()));
+                                              " ms: ", detail::what_of(e)));
         }
     }
 
@@ -604,14 +604,9 @@ private:
     // (a rendezvous that times out leaves a reply pending on its client, which must not be
     // the one the renewals use); another store (HashStore, in one process) as it is.
     c10::intrusive_ptr<c10d::Store> rendezvous_store() {
-        if (const auto* tcp = dynamic_cast<const c10d::TCPStore*>(user_store_.get())) {
-            c10d::TCPStoreOptions t;
-            t.port = tcp->getPort();
-            t.isServer = false;
-            t.waitWorkers = false;
-            t.timeout = o_.timeout;
-            return c10::make_intrusive<c10d::PrefixStore>(o_.job, c10::make_intrusive<c10d::TCPStore>(tcp->getHost(), t));
-        }
+        if (const auto* tcp = dynamic_cast<const c10d::TCPStore*>(user_store_.get()))
+            return c10::make_intrusive<c10d::PrefixStore>(o_.job,
+                                                          detail::tcp_store(tcp->getHost(), tcp->getPort(), false, o_.timeout));
         return store_;
     }
 
