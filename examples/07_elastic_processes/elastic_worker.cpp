@@ -269,38 +269,27 @@ int main(int argc, char** argv) {
             trickle::param_group<float> params;
             params.add("w", w.data(), w.size()).add("b", b.data(), b.size());
             const bool join = !group.member();
+            // Builds the algorithm (timed: a joiner's constructor is its admission and the
+            // state transfer), then trains it.
+            const auto run = [&](auto make) {
+                const auto c0 = std::chrono::steady_clock::now();
+                auto alg = make();
+                construct_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
+                ms = train(alg, comm, group, *store, a, w, b);
+                rounds = alg.stats().exchanges;
+            };
+            trickle::sparta_options so{.fraction = 0.25, .seed = static_cast<std::uint64_t>(a.seed)};
+            trickle::diloco_options dop{.interval = static_cast<std::uint64_t>(a.interval),
+                                        .seed = static_cast<std::uint64_t>(a.seed)};
+            so.min_workers = dop.min_workers = a.min_workers;
+            so.join = dop.join = join;
             try {
-                if (a.algorithm == "diloco") {
-                    trickle::diloco_options o{.interval = static_cast<std::uint64_t>(a.interval),
-                                              .seed = static_cast<std::uint64_t>(a.seed)};
-                    o.min_workers = a.min_workers;
-                    o.join = join;
-                    const auto c0 = std::chrono::steady_clock::now();
-                    trickle::diloco<trickle::outer::nesterov> alg(params, comm, o);
-                    construct_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
-                    ms = train(alg, comm, group, *store, a, w, b);
-                    rounds = alg.stats().exchanges;
-                } else if (a.algorithm == "sparta") {
-                    trickle::sparta_options o{.fraction = 0.25, .seed = static_cast<std::uint64_t>(a.seed)};
-                    o.min_workers = a.min_workers;
-                    o.join = join;
-                    const auto c0 = std::chrono::steady_clock::now();
-                    trickle::sparta<trickle::sampler::uniform> alg(params, comm, o);
-                    construct_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
-                    ms = train(alg, comm, group, *store, a, w, b);
-                    rounds = alg.stats().exchanges;
-                } else {
-                    trickle::sparta_options so{.fraction = 0.25, .seed = static_cast<std::uint64_t>(a.seed)};
-                    trickle::diloco_options dop{.interval = static_cast<std::uint64_t>(a.interval),
-                                                .seed = static_cast<std::uint64_t>(a.seed)};
-                    dop.min_workers = a.min_workers;
-                    dop.join = join;
-                    const auto c0 = std::chrono::steady_clock::now();
-                    trickle::sparta_diloco<trickle::sampler::uniform> alg(params, comm, so, dop);
-                    construct_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
-                    ms = train(alg, comm, group, *store, a, w, b);
-                    rounds = alg.stats().exchanges;
-                }
+                if (a.algorithm == "diloco")
+                    run([&] { return trickle::diloco<trickle::outer::nesterov>(params, comm, dop); });
+                else if (a.algorithm == "sparta")
+                    run([&] { return trickle::sparta<trickle::sampler::uniform>(params, comm, so); });
+                else
+                    run([&] { return trickle::sparta_diloco<trickle::sampler::uniform>(params, comm, so, dop); });
                 break;
             } catch (const trickle::peer_failure& e) {
                 if (!join || attempt >= 3) throw;
