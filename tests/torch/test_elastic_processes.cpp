@@ -261,10 +261,14 @@ TEST_CASE("elastic_group processes: with liveness, a killed worker is dropped by
 }
 
 TEST_CASE("elastic_group processes: a killed worker restarts with its id, joins, and ends identical") {
-    for (const char* fault : {"step:15", "allreduce:3"}) {
-        INFO(fault);
-        job j(std::string("restart_") + fault);
-        j.set_common({"--initial", "4", "--steps", "60", "--interval", "10", "--timeout-ms", "1500", "--hold-at", "35"});
+    // DiLoCo killed between rounds and inside an all-reduce; SPARTA + DiLoCo (renewing at
+    // every step) killed between rounds.
+    for (const auto& [alg, fault] : {std::pair{"diloco", "step:15"}, std::pair{"diloco", "allreduce:3"},
+                                     std::pair{"sparta_diloco", "step:15"}}) {
+        INFO(alg, " ", fault);
+        job j(std::string("restart_") + alg + "_" + fault);
+        j.set_common({"--initial", "4", "--steps", "60", "--interval", "10", "--timeout-ms", "1500", "--hold-at", "35",
+                      "--algorithm", alg});
         std::vector<std::string> keys;
         for (int id = 0; id < 4; ++id)
             keys.push_back(j.start(id, id == 3 ? std::vector<std::string>{"--fault", fault} : std::vector<std::string>{}));
@@ -355,29 +359,24 @@ TEST_CASE("elastic_group processes: 2 replicas of 2 shards; a whole replica dies
 }
 
 TEST_CASE("elastic_group processes: refusals without a hang") {
-    // A joiner with another configuration (its seed) is refused; the members carry on.
-    {
-        job j("other_config");
+    // A joiner with another configuration (its seed) is refused by the welcome; a damaged
+    // transfer, by its checksum. Either joiner leaves and says why; the members carry on.
+    struct refusal {
+        const char* name;
+        std::vector<std::string> joiner;
+        const char* says;
+    };
+    for (const refusal& r : {refusal{"other_config", {"--seed", "8"}, "join refused"},
+                             refusal{"damaged", {"--fault", "corrupt-transfer"}, "refused"}}) {
+        INFO(r.name);
+        job j(r.name);
         j.set_common({"--initial", "3", "--steps", "40", "--interval", "10", "--timeout-ms", "1500", "--hold-at", "15"});
         std::vector<std::string> keys;
         for (int id = 0; id < 3; ++id) keys.push_back(j.start(id, {}));
         j.wait_holding(0);
-        const outcome joiner = j.finish(j.start(3, {"--seed", "8"}));
+        const outcome joiner = j.finish(j.start(3, r.joiner));
         CHECK(joiner.status == 1);
-        CHECK(joiner.log.find("join refused") != std::string::npos);
-        std::vector<outcome> live{j.finish(keys[0]), j.finish(keys[1]), j.finish(keys[2])};
-        check_same(live);
-    }
-    // A damaged transfer is refused by its checksum; the joiner leaves and says why.
-    {
-        job j("damaged");
-        j.set_common({"--initial", "3", "--steps", "40", "--interval", "10", "--timeout-ms", "1500", "--hold-at", "15"});
-        std::vector<std::string> keys;
-        for (int id = 0; id < 3; ++id) keys.push_back(j.start(id, {}));
-        j.wait_holding(0);
-        const outcome joiner = j.finish(j.start(3, {"--fault", "corrupt-transfer"}));
-        CHECK(joiner.status == 1);
-        CHECK(joiner.log.find("refused") != std::string::npos);
+        CHECK(joiner.log.find(r.says) != std::string::npos);
         std::vector<outcome> live{j.finish(keys[0]), j.finish(keys[1]), j.finish(keys[2])};
         check_same(live);
     }
