@@ -23,6 +23,17 @@ std::uint32_t crc32c_bitwise(const unsigned char* p, std::size_t n) {
     return ~c;
 }
 
+// n bytes from a linear congruential stream seeded with `seed`.
+std::vector<unsigned char> lcg_bytes(std::size_t n, std::uint32_t seed) {
+    std::vector<unsigned char> data(n);
+    std::uint32_t x = seed;
+    for (auto& v : data) {
+        x = x * 1664525u + 1013904223u;
+        v = static_cast<unsigned char>(x >> 24);
+    }
+    return data;
+}
+
 } // namespace
 
 TEST_CASE("crc32c: known answers") {
@@ -41,12 +52,7 @@ TEST_CASE("crc32c: known answers") {
 }
 
 TEST_CASE("crc32c: slicing-by-8 equals the bitwise definition; chunks continue the whole") {
-    std::vector<unsigned char> data(300);
-    std::uint32_t x = 12345;
-    for (auto& v : data) {
-        x = x * 1664525u + 1013904223u;
-        v = static_cast<unsigned char>(x >> 24);
-    }
+    std::vector<unsigned char> data = lcg_bytes(300, 12345);
     for (std::size_t n = 0; n <= data.size(); ++n) {
         const std::uint32_t whole = crc32c(data.data(), n);
         REQUIRE(whole == crc32c_bitwise(data.data(), n));
@@ -66,12 +72,7 @@ TEST_CASE("crc32c: slicing-by-8 equals the bitwise definition; chunks continue t
 }
 
 TEST_CASE("crc32c: the table path equals the bitwise definition, and the hardware path the table path") {
-    std::vector<unsigned char> data(1031);
-    std::uint32_t x = 777;
-    for (auto& v : data) {
-        x = x * 1664525u + 1013904223u;
-        v = static_cast<unsigned char>(x >> 24);
-    }
+    const std::vector<unsigned char> data = lcg_bytes(1031, 777);
     for (std::size_t start = 0; start < 9; ++start) // every alignment of the 8-byte loop
         for (std::size_t n = 0; start + n <= data.size(); n += 1 + n / 3) {
             const unsigned char* p = data.data() + start;

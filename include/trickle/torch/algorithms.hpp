@@ -188,17 +188,14 @@ protected:
                     p.groups.size() > 1 ? " (a model split over CPU and CUDA needs one algorithm per device)" : ""));
         }
         if (p.groups.empty() && rec.error().empty()) rec.set_error(trickle::detail::concat(kind, ": the model has no parameters"));
-        if constexpr (comm::elastic_communicator<Comm>) {
-            if (p.groups.size() > 1 && rec.error().empty())
-                rec.set_error(trickle::detail::concat(
-                    kind, ": over an elastic communicator the model must have one parameter group (one dtype and "
-                          "device) in this version; this one has ",
-                    p.groups.size()));
-            if (join) {
-                if (!rec.error().empty()) throw invalid_argument(rec.error());
-            } else {
-                agree(comm, rec);
-            }
+        constexpr bool elastic = comm::elastic_communicator<Comm>;
+        if (elastic && p.groups.size() > 1 && rec.error().empty())
+            rec.set_error(trickle::detail::concat(
+                kind, ": over an elastic communicator the model must have one parameter group (one dtype and "
+                      "device) in this version; this one has ",
+                p.groups.size()));
+        if (elastic && join) {
+            if (!rec.error().empty()) throw invalid_argument(rec.error());
         } else {
             agree(comm, rec);
         }

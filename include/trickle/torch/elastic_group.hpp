@@ -164,7 +164,7 @@ public:
                 "comm::elastic_group: liveness needs a c10d::TCPStore (its heartbeat uses a client of its own)");
         user_store_ = store;
         store_ = c10::make_intrusive<c10d::PrefixStore>(o_.job, std::move(store));
-        inc_ = store_op("register", [&] { return store_->add(key("inc/", id_), 1); });
+        inc_ = store_op("register", [&] { return store_->add(detail::concat("inc/", id_), 1); });
         if (o_.liveness.count() > 0) start_heartbeat();
         if (inc_ == 1 && id_ < o_.initial) {
             await_start();
@@ -249,7 +249,7 @@ public:
             // The last to arrive decides at once; the others leave their arrival for a
             // decider that closes the renewal at its timeout.
             if (n >= size) return decide(R, true);
-            store_->set(R + "a/" + std::to_string(id_), bytes("1"));
+            store_->set(arrival(R, id_), bytes("1"));
             wrote = true;
             std::vector<std::pair<std::int64_t, clock::time_point>> beats;
             for (int round = 0;; pause(round)) {
@@ -262,10 +262,10 @@ public:
         ++renewals_;
         const view next = view::parse(d);
         membership_change ch = change_to(next);
-        admit(next, ch);
+        admit(next);
         if (wrote)
             store_op("renew", [&] {
-                store_->deleteKey(R + "a/" + std::to_string(id_));
+                store_->deleteKey(arrival(R, id_));
                 return 0;
             });
         if (!next.has(id_)) {
@@ -299,7 +299,7 @@ public:
             const auto deadline = clock::now() + wait;
             for (int round = 0; !store_->check({A}); pause(round))
                 if (clock::now() >= deadline) {
-                    store_->add(key("inc/", id_), 1); // withdraw: a renewal ignores an ended incarnation
+                    store_->add(detail::concat("inc/", id_), 1); // withdraw: a renewal ignores an ended incarnation
                     dead_ = true;
                     throw comm_error(detail::concat("comm::elastic_group join: worker ", id_,
                                                     " was not admitted within ", wait.count(),
@@ -319,7 +319,7 @@ public:
         stop_heartbeat();
         drop();
         try {
-            store_->add(key("inc/", id_), 1);
+            store_->add(detail::concat("inc/", id_), 1);
         } catch (...) {
         }
     }
@@ -376,10 +376,10 @@ private:
             std::ostringstream s;
             s << epoch << ' ' << consumed << ' ' << members.size();
             for (const auto& m : members) s << ' ' << m.id << ' ' << m.inc;
-            s << ' ' << joined.size();
-            for (int j : joined) s << ' ' << j;
-            s << ' ' << left.size();
-            for (int l : left) s << ' ' << l;
+            for (const auto* ids : {&joined, &left}) {
+                s << ' ' << ids->size();
+                for (int id : *ids) s << ' ' << id;
+            }
             return s.str();
         }
         static view parse(const std::string& t) {
@@ -392,29 +392,26 @@ private:
                 s >> e.id >> e.inc;
                 v.members.push_back(e);
             }
-            s >> n;
-            for (std::size_t i = 0; i < n && s; ++i) {
-                int j = 0;
-                s >> j;
-                v.joined.push_back(j);
-            }
-            s >> n;
-            for (std::size_t i = 0; i < n && s; ++i) {
-                int l = 0;
-                s >> l;
-                v.left.push_back(l);
-            }
+            const auto ids = [&](std::vector<int>& out) {
+                std::size_t k = 0;
+                s >> k;
+                for (std::size_t i = 0; i < k && s; ++i) {
+                    int id = 0;
+                    s >> id;
+                    out.push_back(id);
+                }
+            };
+            ids(v.joined);
+            ids(v.left);
             if (!s) throw comm_error(detail::concat("comm::elastic_group: a damaged view in the store: '", t, "'"));
             return v;
         }
     };
 
+    // The key of worker id's arrival at renewal R.
+    static std::string arrival(const std::string& R, int id) { return R + "a/" + std::to_string(id); }
     static std::vector<std::uint8_t> bytes(const std::string& s) { return {s.begin(), s.end()}; }
     static std::string text(const std::vector<std::uint8_t>& b) { return {b.begin(), b.end()}; }
-    template <class... A>
-    static std::string key(A&&... a) {
-        return detail::concat(std::forward<A>(a)...);
-    }
 
     // A store operation; the store's own failures (unreachable, died) become comm_error
     // naming the store: the elastic protocol cannot go on without it.
@@ -444,7 +441,7 @@ private:
     // Compare-and-set from absent: the value that won (ours, or the first writer's).
     std::string cas(const std::string& k, const std::string& v) { return text(store_->compareSet(k, {}, bytes(v))); }
 
-    std::int64_t incarnation_of(int id) { return store_->add(key("inc/", id), 0); }
+    std::int64_t incarnation_of(int id) { return store_->add(detail::concat("inc/", id), 0); }
 
     // Every member of the view arrived at renewal R, ended its incarnation, or (liveness)
     // has a heartbeat that has not moved for `liveness` while this worker waited.
@@ -453,7 +450,7 @@ private:
         beats.resize(view_.members.size(), {-1, now});
         for (std::size_t i = 0; i < view_.members.size(); ++i) {
             const auto& m = view_.members[i];
-            if (store_->check({R + "a/" + std::to_string(m.id)}) || incarnation_of(m.id) != m.inc) continue;
+            if (store_->check({arrival(R, m.id)}) || incarnation_of(m.id) != m.inc) continue;
             if (o_.liveness.count() == 0) return false;
             const std::int64_t beat = store_->add(detail::concat("hb/", m.id, "/", m.inc), 0);
             if (beat != beats[i].first) beats[i] = {beat, now};
@@ -466,12 +463,12 @@ private:
     // group's rendezvous (bounded by the timeout) does not also absorb the start-up skew.
     void await_start() {
         store_op("start", [&] {
-            store_->set(key("start/", id_), bytes("1"));
+            store_->set(detail::concat("start/", id_), bytes("1"));
             const auto deadline = clock::now() + o_.start_timeout;
             for (int round = 0;; pause(round)) {
                 std::vector<int> missing;
                 for (int i = 0; i < o_.initial; ++i)
-                    if (!store_->check({key("start/", i)})) missing.push_back(i);
+                    if (!store_->check({detail::concat("start/", i)})) missing.push_back(i);
                 if (missing.empty()) return 0;
                 if (clock::now() >= deadline) {
                     std::string ids;
@@ -487,11 +484,7 @@ private:
     // The heartbeat (liveness): a counter bumped every liveness / 4 over a store client of
     // its own, so that it never waits behind the renewals' operations.
     void start_heartbeat() {
-        const auto* tcp = dynamic_cast<const c10d::TCPStore*>(user_store_.get());
-        c10::intrusive_ptr<c10d::Store> client = store_op("heartbeat", [&] {
-            return c10::intrusive_ptr<c10d::Store>(c10::make_intrusive<c10d::PrefixStore>(
-                o_.job, detail::tcp_store(tcp->getHost(), tcp->getPort(), false, o_.timeout)));
-        });
+        c10::intrusive_ptr<c10d::Store> client = store_op("heartbeat", [&] { return own_client(); });
         beat_ = std::make_unique<heartbeat>();
         const std::string k = detail::concat("hb/", id_, "/", inc_);
         const auto period = std::max(o_.liveness / 4, std::chrono::milliseconds(1));
@@ -527,7 +520,7 @@ private:
         view next;
         next.consumed = view_.consumed;
         for (const auto& m : view_.members) {
-            if (everyone || (store_->check({R + "a/" + std::to_string(m.id)}) && incarnation_of(m.id) == m.inc))
+            if (everyone || (store_->check({arrival(R, m.id)}) && incarnation_of(m.id) == m.inc))
                 next.members.push_back(m);
             else
                 next.left.push_back(m.id);
@@ -546,7 +539,7 @@ private:
         }
         std::sort(next.members.begin(), next.members.end(), [](const entry& a, const entry& b) { return a.id < b.id; });
         std::sort(next.joined.begin(), next.joined.end());
-        const bool broken = store_->check({key("b/", view_.epoch)});
+        const bool broken = store_->check({detail::concat("b/", view_.epoch)});
         next.epoch = view_.epoch + ((!next.joined.empty() || !next.left.empty() || broken) ? 1 : 0);
         return cas(R + "d", next.str());
     }
@@ -562,7 +555,7 @@ private:
 
     // Every member that reads a decision admits its joiners (idempotent), so an admission
     // does not depend on the one that wrote it staying alive.
-    void admit(const view& next, const membership_change&) {
+    void admit(const view& next) {
         if (next.joined.empty()) return;
         store_op("renew", [&] {
             const std::string d = next.str();
@@ -575,8 +568,7 @@ private:
 
     // Takes view `v`: this epoch's process group, at this worker's place in it.
     void adopt(const view& v, const membership_change& ch, const char* who) {
-        if (pg_) before_ += pg_->traffic();
-        pg_.reset();
+        release_group();
         view_ = v;
         last_ = ch;
         renewals_ = 0;
@@ -600,14 +592,22 @@ private:
         }
     }
 
-    // The store Gloo's rendezvous of an epoch uses: over a TCPStore, a client of its own
-    // (a rendezvous that times out leaves a reply pending on its client, which must not be
-    // the one the renewals use); another store (HashStore, in one process) as it is.
-    c10::intrusive_ptr<c10d::Store> rendezvous_store() {
-        if (const auto* tcp = dynamic_cast<const c10d::TCPStore*>(user_store_.get()))
-            return c10::make_intrusive<c10d::PrefixStore>(o_.job,
-                                                          detail::tcp_store(tcp->getHost(), tcp->getPort(), false, o_.timeout));
-        return store_;
+    // A client of the job's keys with a connection of its own, when the store is a
+    // TCPStore (null otherwise): for the heartbeat, and for each epoch's Gloo rendezvous (a
+    // rendezvous that times out leaves a reply pending on its client, which must not be the
+    // one the renewals use).
+    c10::intrusive_ptr<c10d::Store> own_client() const {
+        const auto* tcp = dynamic_cast<const c10d::TCPStore*>(user_store_.get());
+        if (tcp == nullptr) return {};
+        return c10::make_intrusive<c10d::PrefixStore>(o_.job,
+                                                      detail::tcp_store(tcp->getHost(), tcp->getPort(), false, o_.timeout));
+    }
+
+    // The store an epoch's Gloo rendezvous uses: a client of its own, or (HashStore, in
+    // one process) the store itself.
+    c10::intrusive_ptr<c10d::Store> rendezvous_store() const {
+        auto own = own_client();
+        return own.defined() ? own : store_;
     }
 
     void check_usable(const char* op) const {
@@ -624,16 +624,20 @@ private:
     // so peers blocked on this worker fail now instead of at their timeout).
     void mark_broken() {
         try {
-            store_->set(key("b/", view_.epoch), bytes("1"));
+            store_->set(detail::concat("b/", view_.epoch), bytes("1"));
             cas(detail::concat("c/", view_.epoch, "/", commits_, "/d"), "0");
         } catch (...) {
         }
-        if (pg_) before_ += pg_->traffic();
-        pg_.reset();
+        release_group();
     }
 
     void drop() {
         dead_ = true;
+        release_group();
+    }
+
+    // Destroys the epoch's process group, keeping its byte counts in traffic().
+    void release_group() {
         if (pg_) before_ += pg_->traffic();
         pg_.reset();
     }
