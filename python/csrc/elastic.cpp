@@ -13,9 +13,7 @@ std::unique_ptr<bound_algorithm> make_diloco_elastic(store_ptr store, int id, in
     options.min_workers = get<int>(opts, "min_workers");
     const trickle::topology::any topology = make_topology(opts);
     const trickle::codec::any codec = make_codec(opts, "outer_codec");
-    if (timeout_ms <= 0)
-        throw trickle::invalid_argument("trickle.DiLoCo: the elastic timeout must be > 0 s, got " +
-                                        std::to_string(static_cast<double>(timeout_ms) / 1000.0));
+    // (trickle.Elastic checks its arguments; elastic_group checks them again, in its words.)
     trickle::comm::elastic_group_options eo;
     eo.initial = initial;
     eo.timeout = std::chrono::milliseconds(timeout_ms);
