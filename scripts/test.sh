@@ -1,31 +1,53 @@
 #!/usr/bin/env bash
 # Builds trickle and runs every test: the host suites (Debug, ASan + UBSan; with the
 # libtorch adapter's suites and example), the MPI suites under mpirun, the consumer
-# builds, the Python package's tests under torchrun, the threaded suites again under
+# builds, the Python package's tests under torchrun (against Debian's torch, then against
+# a current PyPI torch: scripts/pypi_torch.sh), the threaded suites again under
 # ThreadSanitizer, and — when the CUDA toolkit is present —
 # the CUDA build for sm_80 and sm_90, whose GPU tests run where a GPU exists and are
 # reported as skipped elsewhere. Installs missing Debian packages when run as root.
 #   scripts/test.sh            everything
-#   TRICKLE_NO_CUDA=1 scripts/test.sh   host only
+#   TRICKLE_NO_CUDA=1 scripts/test.sh   no CUDA build
+#   TRICKLE_NO_PYPI=1 scripts/test.sh   no PyPI torch phase (it downloads about 5 GB the first time)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/deps.sh
-trickle_install_deps
+trickle_install_deps all
 jobs=$(trickle_jobs)
 start=$(date +%s)
+phase_start=$start
+phases=()
+# Records how long the phase that just ended took (printed at the end).
+phase() {
+    local now
+    now=$(date +%s)
+    phases+=("$1: $(( now - phase_start )) s")
+    phase_start=$now
+}
 
 echo "== host: configure, build, test (Debug, ASan + UBSan)"
 cmake --preset host >/dev/null
 cmake --build --preset host -j "$jobs"
 ctest --preset host -j "$jobs" --timeout 900
+phase "host (build and tests)"
 
 echo "== python: the trickle package built against Debian's PyTorch; its tests and example under torchrun (4 ranks, Gloo)"
 MAX_JOBS=$jobs bash tests/python/run.sh
+phase "python (Debian torch)"
+
+if [ -z "${TRICKLE_NO_PYPI:-}" ]; then
+    echo "== python (PyPI torch): the package against a current PyPI torch, its tests; comm::process_group_cuda against its CUDA headers"
+    MAX_JOBS=$jobs bash scripts/pypi_torch.sh
+    phase "python (PyPI torch)"
+else
+    echo "== python (PyPI torch): skipped (TRICKLE_NO_PYPI is set)"
+fi
 
 echo "== host-tsan: the threaded communicator and the algorithms under ThreadSanitizer"
 cmake --preset host-tsan >/dev/null
 cmake --build --preset host-tsan -j "$jobs"
 ctest --preset host-tsan -j "$jobs" --timeout 900
+phase "host-tsan"
 
 nvcc=$(trickle_find_nvcc || true)
 if [ -n "$nvcc" ] && [ -z "${TRICKLE_NO_CUDA:-}" ]; then
@@ -34,7 +56,9 @@ if [ -n "$nvcc" ] && [ -z "${TRICKLE_NO_CUDA:-}" ]; then
     cmake --preset cuda -DCMAKE_CUDA_COMPILER="$nvcc" -DTRICKLE_BUILD_BENCHMARKS=ON >/dev/null
     cmake --build --preset cuda -j "$jobs" --target trickle_cuda_checks
     ctest --preset cuda -j "$jobs" --timeout 900 -L cuda
+    phase "cuda (build, compile checks, tests)"
 else
     echo "== cuda: skipped (no nvcc found; set up the CUDA toolkit to build the CUDA targets)"
 fi
+printf '== phase times: %s\n' "${phases[@]}"
 echo "== all tests done in $(( $(date +%s) - start )) s"

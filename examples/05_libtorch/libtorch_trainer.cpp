@@ -11,10 +11,10 @@
 //
 //   libtorch_trainer [--workers N] [--steps S] [--algo sparta|diloco|sparta-diloco|all]
 #include <trickle/torch.hpp>
+#include <trickle/torch/gloo.hpp>
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/torch.h>
 
 #include <cstdint>
@@ -135,9 +135,7 @@ void train(const settings& cfg, const std::string& algo) {
     for (int r = 0; r < cfg.workers; ++r)
         threads.emplace_back([&, r] {
             try {
-                auto opts = c10d::ProcessGroupGloo::Options::create();
-                opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
-                trickle::comm::process_group comm(c10::make_intrusive<c10d::ProcessGroupGloo>(store, r, cfg.workers, opts));
+                trickle::comm::process_group comm(trickle::comm::gloo_group(store, r, cfg.workers));
 
                 char_model model(static_cast<int>(vocab.size())); // different random weights on every thread
                 torch::optim::Adam opt(model->parameters(), torch::optim::AdamOptions(3e-3));

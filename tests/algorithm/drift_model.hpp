@@ -29,7 +29,7 @@ struct drift_model {
                        0.05f * static_cast<float>(worker);
             ts.push_back(std::move(v));
         }
-        for (std::size_t k = 0; k < ts.size(); ++k) group.add("t" + std::to_string(k), ts[k].data(), ts[k].size());
+        for (std::size_t k = 0; k < ts.size(); ++k) group.add(std::string(1, 't').append(std::to_string(k)), ts[k].data(), ts[k].size());
     }
     drift_model(const drift_model&) = delete;
     drift_model& operator=(const drift_model&) = delete;

@@ -11,6 +11,7 @@
 #include <limits>
 #include <string>
 #include <utility>
+#include <vector>
 
 using namespace trickle;
 
@@ -47,6 +48,52 @@ TEST_CASE("agree: a differing field throws a mismatch on every rank, naming it")
         CHECK(e.find("fraction: rank 0 has 0.005, rank 2 has 0.01") != std::string::npos);
         CHECK(e.find("seed") == std::string::npos);
     }
+}
+
+TEST_CASE("agree: a detail list names its first differing item instead of the field it explains, and is not hashed") {
+    auto with_list = [](std::vector<std::string> items, const std::string& hash) {
+        config_record r("sparta");
+        r.add("fraction", 0.5).add("layout_hash", hash);
+        r.add_detail("tensors", std::move(items), "layout_hash");
+        return r;
+    };
+    // The list travels in wire() but not in serialize() (what checkpoints hash).
+    const auto a = with_list({"w (4)", "b\nx (2)"}, "aa");
+    CHECK(a.serialize() == config_record("sparta").add("fraction", 0.5).add("layout_hash", "aa").serialize());
+    const auto back = config_record::from_wire(a.wire());
+    REQUIRE(back.details().size() == 1);
+    CHECK(back.details()[0].name == "tensors");
+    CHECK(back.details()[0].explains == "layout_hash");
+    CHECK(back.details()[0].items == std::vector<std::string>{"w (4)", "b?x (2)"}); // a line break made '?'
+    CHECK(back.fields() == a.fields());
+
+    const auto errors = trickle_test::run_collect_errors(3, [&](comm::local& c) {
+        if (c.rank() == 2)
+            agree(c, with_list({"w (4)", "b (3)", "c (1)"}, "bb"));
+        else
+            agree(c, with_list({"w (4)", "b (2)", "c (1)"}, "aa"));
+    });
+    for (const auto& e : errors) {
+        CHECK(e == "workers disagree on the sparta configuration: tensors: rank 0 has 3, rank 2 has 3; the first that "
+                   "differs is number 1: rank 0 has 'b (2)', rank 2 has 'b (3)'");
+    }
+    // A shorter list: the first missing item is named; a field nothing explains is listed as before.
+    const auto shorter = trickle_test::run_collect_errors(2, [&](comm::local& c) {
+        auto r = with_list(c.rank() == 1 ? std::vector<std::string>{"w (4)"} : std::vector<std::string>{"w (4)", "b (2)"},
+                           c.rank() == 1 ? "bb" : "aa");
+        if (c.rank() == 1) r.add("seed", 3);
+        agree(c, r);
+    });
+    for (const auto& e : shorter) {
+        CHECK(e.find("tensors: rank 0 has 2, rank 1 has 1; the first that differs is number 1: rank 0 has 'b (2)', "
+                     "rank 1 has none (its list ends there)") != std::string::npos);
+        CHECK(e.find("layout_hash") == std::string::npos);
+        CHECK(e.find("seed: rank 1 has 3, rank 0 does not set it") != std::string::npos);
+    }
+    // Equal lists and a differing hash (say, another dtype): the hash is named.
+    const auto hash_only = trickle_test::run_collect_errors(
+        2, [&](comm::local& c) { agree(c, with_list({"w (4)"}, c.rank() == 1 ? "bb" : "aa")); });
+    for (const auto& e : hash_only) CHECK(e.find("layout_hash: rank 0 has aa, rank 1 has bb") != std::string::npos);
 }
 
 TEST_CASE("agree: one rank's validation error is raised on every rank") {

@@ -26,30 +26,55 @@ std::vector<float> inputs(int r, std::size_t n) {
 
 } // namespace
 
-TEST_CASE("process_group all_reduce_sum: comm::local's bits on every rank, and its byte counts") {
-    for (int N : {1, 2, 3, 4}) {
-        for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{5}, std::size_t{1001}}) {
-            std::vector<std::vector<float>> ref(static_cast<std::size_t>(N)), got(static_cast<std::size_t>(N));
-            std::vector<traffic_counters> ref_t(static_cast<std::size_t>(N)), got_t(static_cast<std::size_t>(N));
-            comm::run_local(N, [&](comm::local& c) {
-                auto v = inputs(c.rank(), n);
-                c.all_reduce_sum(v.data(), n);
-                ref[static_cast<std::size_t>(c.rank())] = v;
-                ref_t[static_cast<std::size_t>(c.rank())] = c.traffic();
-            });
-            const auto errors = run_gloo(N, [&](comm::process_group& c) {
-                auto v = inputs(c.rank(), n);
-                c.all_reduce_sum(v.data(), n);
-                got[static_cast<std::size_t>(c.rank())] = v;
-                got_t[static_cast<std::size_t>(c.rank())] = c.traffic();
-            });
-            require_ok(errors);
-            for (int r = 0; r < N; ++r) {
-                INFO("N = ", N, ", n = ", n, ", rank ", r);
-                CHECK(trickle_test::bitwise_equal(got[static_cast<std::size_t>(r)], ref[static_cast<std::size_t>(r)]));
-                CHECK(got_t[static_cast<std::size_t>(r)] == ref_t[static_cast<std::size_t>(r)]);
-                CHECK(got_t[static_cast<std::size_t>(r)].bytes_sent ==
-                      trickle::detail::all_reduce_bytes(n, sizeof(float), N, r));
+TEST_CASE("process_group all_reduce_sum: comm::local's bits on every rank, by one all-gather or by chunks, under "
+          "either argument check") {
+    // gather_extra_bytes 0: chunks for N >= 3; 1 MiB: one all-gather for all these sizes.
+    for (const comm::process_group_options o :
+         {comm::process_group_options{}, comm::process_group_options{.gather_extra_bytes = 0},
+          comm::process_group_options{.checks = comm::argument_checks::in_payload, .gather_extra_bytes = 0},
+          comm::process_group_options{.checks = comm::argument_checks::in_payload, .gather_extra_bytes = 1 << 20}}) {
+        for (int N : {1, 2, 3, 4}) {
+            for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{5}, std::size_t{1001}, std::size_t{20000}}) {
+                std::vector<std::vector<float>> ref(static_cast<std::size_t>(N)), got(static_cast<std::size_t>(N));
+                std::vector<std::uint64_t> want(static_cast<std::size_t>(N));
+                std::vector<traffic_counters> got_t(static_cast<std::size_t>(N));
+                std::vector<std::uint64_t> collectives(static_cast<std::size_t>(N));
+                std::vector<int> gathered(static_cast<std::size_t>(N));
+                comm::run_local(N, [&](comm::local& c) {
+                    auto v = inputs(c.rank(), n);
+                    c.all_reduce_sum(v.data(), n);
+                    ref[static_cast<std::size_t>(c.rank())] = v;
+                });
+                const auto errors = run_gloo(
+                    N,
+                    [&](comm::process_group& c) {
+                        auto v = inputs(c.rank(), n);
+                        c.all_reduce_sum(v.data(), n);
+                        const auto r = static_cast<std::size_t>(c.rank());
+                        got[r] = v;
+                        got_t[r] = c.traffic();
+                        want[r] = trickle_torch_test::all_reduce_bytes(c, n);
+                        collectives[r] = c.collectives();
+                        gathered[r] = c.all_reduce_gathers(n) ? 1 : 0;
+                    },
+                    o);
+                require_ok(errors);
+                for (int r = 0; r < N; ++r) {
+                    const auto q = static_cast<std::size_t>(r);
+                    INFO("N = ", N, ", n = ", n, ", rank ", r, ", gather_extra_bytes ", o.gather_extra_bytes,
+                         ", in_payload ", o.checks == comm::argument_checks::in_payload);
+                    CHECK(trickle_test::bitwise_equal(got[q], ref[q]));
+                    CHECK(got_t[q].bytes_sent == want[q]);
+                    CHECK(got_t[q].bytes_received == want[q]);
+                    CHECK(got_t[q].calls == 1);
+                    // The collectives on the wire: an argument check (under collective checks),
+                    // then one all-gather or two all-to-alls, none for nothing to move.
+                    const unsigned check = N > 1 && o.checks == comm::argument_checks::collective ? 1u : 0u;
+                    CHECK(collectives[q] == check + (N == 1 || n == 0 ? 0u : gathered[q] ? 1u : 2u));
+                }
+                if (N >= 3 && n == 1001) CHECK(gathered[0] == (o.gather_extra_bytes != 0));
+                if (N == 4 && n == 20000 && o.gather_extra_bytes == 64 * 1024) CHECK(gathered[0] == 0);
+                if (N == 2 && n != 0) CHECK(gathered[0] == 1); // two ranks: the all-gather sends no more
             }
         }
     }
@@ -137,5 +162,85 @@ TEST_CASE("process_group: bad arguments throw on every rank, without a hang, and
             if (c.traffic().calls != 0) throw std::logic_error("a refused call was counted");
         });
         require_ok(errors);
+    }
+}
+
+TEST_CASE("process_group, argument checks in the payload: ranks in different calls, or a null pointer, throw on every "
+          "rank in the same collective, and move nothing") {
+    const int N = 3;
+    const comm::process_group_options o{.checks = comm::argument_checks::in_payload};
+    SUBCASE("one rank in another collective of the same size") {
+        // all_reduce_sum of 10 floats and all_gather_bytes of 40 bytes travel in blocks of one size.
+        const auto errors = run_gloo(
+            N,
+            [&](comm::process_group& c) {
+                std::vector<float> v = inputs(c.rank(), 10);
+                std::vector<unsigned char> all(3 * 40);
+                try {
+                    if (c.rank() == 1)
+                        c.all_gather_bytes(v.data(), all.data(), 40);
+                    else
+                        c.all_reduce_sum(v.data(), 10);
+                } catch (const comm_error&) {
+                    if (!trickle_test::bitwise_equal(v, inputs(c.rank(), 10))) throw std::logic_error("data changed");
+                    if (c.traffic().calls != 0) throw std::logic_error("a refused call was counted");
+                    throw;
+                }
+            },
+            o);
+        require_all(errors, "the ranks are not in the same call: rank 0 is in its collective 0 (all_reduce_sum of 10 "
+                            "elements), rank 1 in its collective 0 (all_gather_bytes of 40 bytes)");
+    }
+    SUBCASE("one rank a call behind") {
+        const auto errors = run_gloo(
+            N,
+            [&](comm::process_group& c) {
+                std::vector<float> v(10, 1.0f);
+                // Ranks 0 and 1 make a collective rank 2 skips: one of zero bytes, which moves
+                // nothing (a skipped collective that moved data would leave the backend itself
+                // waiting for the missing rank), but counts in their sequence.
+                if (c.rank() != 2) c.all_gather(nullptr, nullptr, 0);
+                c.all_reduce_sum(v.data(), 10);
+            },
+            o);
+        require_all(errors, "rank 0 is in its collective 1 (all_reduce_sum of 10 elements), rank 2 in its collective 0 "
+                            "(all_reduce_sum of 10 elements)");
+    }
+    SUBCASE("a null pointer, by the gather and by the chunks") {
+        for (std::size_t extra : {std::size_t{64 * 1024}, std::size_t{0}}) {
+            const auto errors = run_gloo(
+                N,
+                [&](comm::process_group& c) {
+                    std::vector<float> v = inputs(c.rank(), 10);
+                    try {
+                        c.all_reduce_sum(c.rank() == 1 ? nullptr : v.data(), 10);
+                    } catch (const invalid_argument&) {
+                        if (!trickle_test::bitwise_equal(v, inputs(c.rank(), 10))) throw std::logic_error("data changed");
+                        throw;
+                    }
+                },
+                comm::process_group_options{.checks = comm::argument_checks::in_payload, .gather_extra_bytes = extra});
+            require_all(errors, "rank 1 passed a null pointer");
+        }
+    }
+    SUBCASE("the byte collectives") {
+        for (std::size_t bytes : {std::size_t{0}, std::size_t{1}, std::size_t{4099}})
+            require_ok(run_gloo(
+                N,
+                [&](comm::process_group& c) {
+                    const std::string bad = trickle_test::check_byte_collectives(c, bytes);
+                    if (!bad.empty()) throw std::logic_error(bad);
+                    // all_gather and all_to_all: one collective each, no check of their own.
+                    if (bytes != 0 && c.collectives() == 0) throw std::logic_error("no collective counted");
+                },
+                o));
+        const auto errors = run_gloo(
+            N,
+            [&](comm::process_group& c) {
+                std::vector<unsigned char> s(30), d(30);
+                c.all_to_all(c.rank() == 2 ? nullptr : s.data(), d.data(), 10);
+            },
+            o);
+        require_all(errors, "rank 2 passed a null pointer");
     }
 }

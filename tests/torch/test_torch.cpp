@@ -88,7 +88,7 @@ TEST_CASE("torch::sparta over Gloo: replicas start equal, and every step gives c
             s.step();
             // The cost model of each exchange: an all-reduce of the values it selected.
             model_bytes[static_cast<std::size_t>(c.rank())] +=
-                trickle::detail::all_reduce_bytes(s.stats().last_values, sizeof(float), N, c.rank());
+                trickle_torch_test::all_reduce_bytes(c, s.stats().last_values);
         }
         got[static_cast<std::size_t>(c.rank())] = flat(*m);
         st[static_cast<std::size_t>(c.rank())] = s.stats();
@@ -234,6 +234,48 @@ TEST_CASE("torch wrappers: a damaged or extended two-group state is refused on e
     require_ok(attempt([](std::string&) {}));
 }
 
+TEST_CASE("torch::sparta over a process group with the checks in the payload: one collective per exchange, "
+          "the same bits") {
+    // A small model: every exchange is one all-gather, and the argument check travels in it.
+    const int N = 4;
+    const int steps = 5;
+    const sparta_options opts{.fraction = 0.05, .seed = 9};
+    for (const auto checks : {comm::argument_checks::collective, comm::argument_checks::in_payload}) {
+        std::vector<std::vector<float>> got(N);
+        std::vector<std::uint64_t> per_step(N);
+        require_ok(run_gloo(
+            N,
+            [&](comm::process_group& c) {
+                net m(4, 16, 3, 7 + static_cast<std::uint64_t>(c.rank()));
+                trickle::torch::sparta<sampler::uniform> s(m, c, opts);
+                const std::uint64_t before = c.collectives();
+                for (int t = 0; t < steps; ++t) {
+                    perturb(*m, c.rank(), t);
+                    s.step();
+                }
+                per_step[static_cast<std::size_t>(c.rank())] = (c.collectives() - before) / steps;
+                if ((c.collectives() - before) % steps != 0) throw std::logic_error("uneven collectives per step");
+                got[static_cast<std::size_t>(c.rank())] = flat(*m);
+            },
+            comm::process_group_options{.checks = checks}));
+        std::vector<std::vector<float>> ref(N);
+        comm::run_local(N, [&](comm::local& c) {
+            net m(4, 16, 3, 7 + static_cast<std::uint64_t>(c.rank()));
+            trickle::torch::sparta<sampler::uniform> s(m, c, opts);
+            for (int t = 0; t < steps; ++t) {
+                perturb(*m, c.rank(), t);
+                s.step();
+            }
+            ref[static_cast<std::size_t>(c.rank())] = flat(*m);
+        });
+        for (int r = 0; r < N; ++r) {
+            INFO("rank ", r, ", in_payload ", checks == comm::argument_checks::in_payload);
+            CHECK(trickle_test::bitwise_equal(got[static_cast<std::size_t>(r)], ref[static_cast<std::size_t>(r)]));
+            CHECK(per_step[static_cast<std::size_t>(r)] == (checks == comm::argument_checks::in_payload ? 1u : 2u));
+        }
+    }
+}
+
 TEST_CASE("torch wrappers: bad input throws the same kind of error on every rank, without a hang") {
     const int N = 3;
     SUBCASE("fraction 1.5") {
@@ -250,7 +292,9 @@ TEST_CASE("torch wrappers: bad input throws the same kind of error on every rank
                                  net m(4, c.rank() == 1 ? 9 : 8, 2, 1);
                                  trickle::torch::sparta<> s(m, c, {.fraction = 0.1});
                              }),
-                    "workers disagree on the torch.sparta configuration: group0");
+                    "workers disagree on the torch.sparta configuration: group0's tensors in order: rank 0 has 4, "
+                    "rank 1 has 4; the first that differs is number 0: rank 0 has 'fc1.weight [8, 4]', rank 1 has "
+                    "'fc1.weight [9, 4]'");
     }
     SUBCASE("a non-contiguous parameter on one rank") {
         require_all(run_gloo(N,

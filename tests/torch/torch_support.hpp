@@ -3,6 +3,7 @@
 #pragma once
 
 #include <trickle/torch.hpp>
+#include <trickle/torch/gloo.hpp>
 
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
@@ -20,22 +21,20 @@ namespace trickle_torch_test {
 
 inline c10::intrusive_ptr<c10d::ProcessGroup> gloo_group(const c10::intrusive_ptr<c10d::Store>& store, int rank,
                                                          int size) {
-    auto opts = c10d::ProcessGroupGloo::Options::create();
-    opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
-    return c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, opts);
+    return trickle::comm::gloo_group(store, rank, size);
 }
 
 // Runs fn(comm::process_group&) on `workers` threads; returns each rank's exception text
 // ("" when it returned normally).
 template <class Fn>
-std::vector<std::string> run_gloo(int workers, Fn&& fn) {
+std::vector<std::string> run_gloo(int workers, Fn&& fn, trickle::comm::process_group_options options = {}) {
     auto store = c10::make_intrusive<c10d::HashStore>();
     std::vector<std::string> errors(static_cast<std::size_t>(workers));
     std::vector<std::thread> threads;
     for (int r = 0; r < workers; ++r)
         threads.emplace_back([&, r] {
             try {
-                trickle::comm::process_group comm(gloo_group(store, r, workers));
+                trickle::comm::process_group comm(gloo_group(store, r, workers), options);
                 fn(comm);
             } catch (const std::exception& e) {
                 errors[static_cast<std::size_t>(r)] = e.what();
@@ -43,6 +42,15 @@ std::vector<std::string> run_gloo(int workers, Fn&& fn) {
         });
     for (auto& t : threads) t.join();
     return errors;
+}
+
+// What comm::process_group's all_reduce_sum of n floats sends from this rank: one
+// all-gather ((N-1) n values) where the communicator chooses it, else the ring
+// all-reduce's reduce-scatter and all-gather (the cost model of comm/communicator.hpp).
+inline std::uint64_t all_reduce_bytes(const trickle::comm::process_group& c, std::size_t n) {
+    if (c.size() > 1 && n != 0 && c.all_reduce_gathers(n))
+        return static_cast<std::uint64_t>(c.size() - 1) * n * sizeof(float);
+    return trickle::detail::all_reduce_bytes(n, sizeof(float), c.size(), c.rank());
 }
 
 // Every rank's error text contains `part`.

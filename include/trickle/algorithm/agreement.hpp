@@ -27,8 +27,38 @@ namespace detail {
 // "field: rank ra has X, rank rb has Y". Values are printed as their records show them
 // (config_record::shown: the shortest form of a number); two different values that would
 // print alike are printed as their full value texts.
+// The first item where two detail lists differ, as "name: rank ra has K items, rank rb
+// has M; the first that differs is item i: rank ra has 'x', rank rb has 'y'" ("" when equal).
+inline std::string detail_difference(const config_record::detail_list& a, const config_record::detail_list& b, int rb,
+                                     int ra) {
+    std::size_t i = 0;
+    while (i < a.items.size() && i < b.items.size() && a.items[i] == b.items[i]) ++i;
+    if (i == a.items.size() && i == b.items.size()) return {};
+    auto item = [](const config_record::detail_list& d, std::size_t k) {
+        return k < d.items.size() ? concat("'", d.items[k], "'") : std::string("none (its list ends there)");
+    };
+    return concat(a.name, ": rank ", ra, " has ", a.items.size(), ", rank ", rb, " has ", b.items.size(),
+                  "; the first that differs is number ", i, ": rank ", ra, " has ", item(a, i), ", rank ", rb, " has ",
+                  item(b, i));
+}
+
 inline std::vector<std::string> record_differences(const config_record& a, const config_record& b, int rb, int ra = 0) {
     std::vector<std::string> out;
+    // Detail lists first; a field a differing detail explains is not listed again.
+    std::vector<std::string> explained;
+    for (const auto& da : a.details())
+        for (const auto& db : b.details())
+            if (da.name == db.name) {
+                std::string d = detail_difference(da, db, rb, ra);
+                if (d.empty()) continue;
+                out.push_back(std::move(d));
+                if (!da.explains.empty()) explained.push_back(da.explains);
+            }
+    auto is_explained = [&](const std::string& name) {
+        for (const auto& e : explained)
+            if (e == name) return true;
+        return false;
+    };
     if (a.kind() != b.kind())
         out.push_back(concat("algorithm: rank ", ra, " has '", a.kind(), "', rank ", rb, " has '", b.kind(), "'"));
     const auto& fa = a.fields();
@@ -40,7 +70,7 @@ inline std::vector<std::string> record_differences(const config_record& a, const
             if (fb[k].first == name) j = k;
         if (j == fb.size()) {
             out.push_back(concat(name, ": rank ", ra, " has ", a.shown(i), ", rank ", rb, " does not set it"));
-        } else if (fb[j].second != va) {
+        } else if (fb[j].second != va && !is_explained(name)) {
             const bool alike = a.shown(i) == b.shown(j);
             out.push_back(concat(name, ": rank ", ra, " has ", alike ? va : a.shown(i), ", rank ", rb, " has ",
                                  alike ? fb[j].second : b.shown(j)));

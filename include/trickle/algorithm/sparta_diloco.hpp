@@ -138,6 +138,12 @@ public:
         const std::uint32_t h[2] = {sparse_.global_hash(), outer_.global_hash()};
         return crc32c(h, sizeof h);
     }
+    // Both parts' own sections (replica_state::own_sections), SPARTA's first.
+    std::vector<std::string> own_state() const {
+        std::vector<std::string> out = sparse_.own_state();
+        for (auto& s : outer_.own_state()) out.push_back(std::move(s));
+        return out;
+    }
     void round_backup() {
         sparse_.round_backup();
         outer_.round_backup();

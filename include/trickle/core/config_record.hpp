@@ -73,6 +73,25 @@ public:
         return *this;
     }
 
+    // A list compared item by item but not part of the value texts, so not hashed into
+    // checkpoints (the layout hash covers it there): when two workers' lists differ, agree()
+    // names the first item that differs instead of the field `explains` (say, the model's
+    // tensors instead of its layout hash). Items are printed as given; line breaks and the
+    // two separator characters the wire uses are replaced by '?'.
+    config_record& add_detail(std::string name, std::vector<std::string> items, std::string explains = {}) {
+        for (auto& item : items)
+            for (char& ch : item)
+                if (ch == '\n' || ch == item_separator || ch == part_separator) ch = '?';
+        details_.push_back({std::move(name), std::move(explains), std::move(items)});
+        return *this;
+    }
+
+    struct detail_list {
+        std::string name, explains;
+        std::vector<std::string> items;
+    };
+    const std::vector<detail_list>& details() const { return details_; }
+
     void set_error(std::string message) {
         if (error_.empty()) error_ = std::move(message);
     }
@@ -115,6 +134,11 @@ public:
         std::string s = std::to_string(body.size()) + ':' + body;
         for (std::size_t i = 0; i < shown_.size(); ++i)
             if (!shown_[i].empty()) s += std::to_string(i) + '=' + shown_[i] + '\n';
+        for (const auto& d : details_) {
+            s += '@' + d.name + part_separator + d.explains + part_separator;
+            for (std::size_t i = 0; i < d.items.size(); ++i) s += (i ? std::string(1, item_separator) : "") + d.items[i];
+            s += '\n';
+        }
         return s;
     }
 
@@ -132,6 +156,23 @@ public:
         config_record rec = parse(s.substr(colon + 1, len));
         std::size_t pos = colon + 1 + len;
         while (pos < s.size()) {
+            if (s[pos] == '@') { // a detail list: "@name<part>explains<part>item<item>item...\n"
+                const std::size_t end = s.find('\n', pos);
+                if (end == std::string::npos) break;
+                const std::string line = s.substr(pos + 1, end - pos - 1);
+                const std::size_t a = line.find(part_separator), b = line.find(part_separator, a + 1);
+                if (a == std::string::npos || b == std::string::npos) break;
+                detail_list d{line.substr(0, a), line.substr(a + 1, b - a - 1), {}};
+                for (std::size_t from = b + 1; from < line.size();) {
+                    std::size_t to = line.find(item_separator, from);
+                    if (to == std::string::npos) to = line.size();
+                    d.items.push_back(line.substr(from, to - from));
+                    from = to + 1;
+                }
+                rec.details_.push_back(std::move(d));
+                pos = end + 1;
+                continue;
+            }
             const std::size_t eq = s.find('=', pos), end = s.find('\n', pos);
             if (eq == std::string::npos || end == std::string::npos || eq > end) break;
             std::size_t i = 0;
@@ -143,10 +184,13 @@ public:
     }
 
 private:
+    static constexpr char item_separator = '\x1f', part_separator = '\x1e';
+
     std::string kind_;
     std::vector<std::pair<std::string, std::string>> fields_;
     std::vector<std::string> shown_; // per field: its shown text, empty when it is the value text
     std::string error_;
+    std::vector<detail_list> details_;
 };
 
 TRICKLE_NAMESPACE_END

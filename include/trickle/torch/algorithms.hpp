@@ -35,6 +35,7 @@
 #include <trickle/exec/execution_space.hpp>
 #include <trickle/torch/params.hpp>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -127,6 +128,17 @@ public:
         }
     }
 
+    // The sections of this worker's state that are its own rather than equal on every
+    // worker (replica_state::own_sections), over all groups, without repeats: empty when a
+    // state saved by any one worker restores every worker alike (the traffic counts aside).
+    std::vector<std::string> own_state() const {
+        std::vector<std::string> out;
+        for (const auto& a : algos_)
+            for (auto& s : a.own_state())
+                if (std::find(out.begin(), out.end(), s) == out.end()) out.push_back(std::move(s));
+        return out;
+    }
+
     std::string save_bytes() const {
         std::ostringstream os;
         save(os);
@@ -181,6 +193,11 @@ protected:
                     trickle::detail::concat(trickle::torch::detail::dtype_name(tg.dtype), '@',
                                             tg.on_cuda() ? "cuda" : "cpu", ':', tg.tensors.size(), " tensors, ",
                                             tg.elements(), " elements"));
+            std::vector<std::string> tensors;
+            for (std::size_t i = 0; i < tg.tensors.size(); ++i)
+                tensors.push_back(trickle::detail::concat(tg.names[i], " ", tg.tensors[i].sizes()));
+            rec.add_detail(trickle::detail::concat("group", g, "'s tensors in order"), std::move(tensors),
+                           trickle::detail::concat("group", g));
             if (tg.on_cuda() != comm_on_device && rec.error().empty())
                 rec.set_error(trickle::detail::concat(
                     kind, ": parameter '", tg.names.front(), "' is on ", tg.device.str(), " but the communicator moves ",

@@ -41,6 +41,7 @@
 #include <trickle/config.hpp>
 #include <trickle/core/memory_space.hpp>
 #include <trickle/error.hpp>
+#include <trickle/torch/gloo.hpp>
 #include <trickle/torch/process_group.hpp>
 
 #if !defined(USE_C10D_GLOO)
@@ -576,14 +577,11 @@ private:
         const auto it = std::find_if(v.members.begin(), v.members.end(), [&](const entry& m) { return m.id == id_; });
         rank_ = static_cast<int>(it - v.members.begin());
         try {
-            auto opts = c10d::ProcessGroupGloo::Options::create(o_.timeout);
             if (!device_)
                 device_ = o_.hostname.empty() ? c10d::ProcessGroupGloo::createDefaultDevice()
                                               : c10d::ProcessGroupGloo::createDeviceForHostname(o_.hostname);
-            opts->devices.push_back(device_);
             auto prefix = c10::make_intrusive<c10d::PrefixStore>(detail::concat("g/", v.epoch), rendezvous_store());
-            pg_ = std::make_unique<process_group>(
-                c10::make_intrusive<c10d::ProcessGroupGloo>(prefix, rank_, size(), opts));
+            pg_ = std::make_unique<process_group>(gloo_group(prefix, rank_, size(), o_.timeout, o_.hostname, device_));
         } catch (const std::exception& e) {
             mark_broken();
             throw peer_failure(detail::concat(who, ": worker ", id_, " could not form epoch ", v.epoch,

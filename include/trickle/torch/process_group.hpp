@@ -19,6 +19,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <exception>
 #include <string>
 #include <utility>
@@ -28,29 +29,61 @@ TRICKLE_NAMESPACE_BEGIN
 
 namespace comm {
 
+// How comm::process_group makes sure every rank called the same collective with the
+// same arguments (sizes, null pointers, roots) before any data moves or changes.
+enum class argument_checks {
+    // A small allreduce of the arguments before every collective (the default): a rank
+    // that passes a different size than the others gets trickle::comm_error, and so do
+    // they, whatever the call. It costs one more collective per call (its latency).
+    collective,
+    // No collective of its own: a 32-byte header travels in each collective's payload
+    // (which collective, its size, how many collectives this object ran before it, a
+    // null-pointer flag) and every rank compares every rank's header before it writes
+    // anything, so ranks in different calls, or at different points of their sequence,
+    // or with a null pointer, all throw together. Sizes are not checked before the data
+    // moves: a rank whose size differs from the others' makes the backend fail (Gloo
+    // aborts the process). Use it where every size follows from a configuration the
+    // ranks agreed on, as trickle's algorithms do (their configuration, model layout
+    // included, is compared once at construction); the Python package does.
+    in_payload,
+};
+
+struct process_group_options {
+    argument_checks checks = argument_checks::collective;
+    // all_reduce_sum goes as a single all-gather (every rank sums all ranks' values, in
+    // rank order) instead of a reduce-scatter and an all-gather (two all-to-alls) while
+    // that sends at most this many bytes more per rank: always for two ranks (where both
+    // send the same bytes), for small buffers otherwise, where latency rules. 0: only for
+    // two ranks.
+    std::size_t gather_extra_bytes = 64 * 1024;
+};
+
 // A trickle::communicator over a c10d::ProcessGroup the trainer owns (in Python,
 // torch.distributed's default group or any group from new_group; in C++ a
-// c10::intrusive_ptr<c10d::ProcessGroup>), one worker per rank, data in host memory.
-// Every operation blocks until this rank's part is done.
+// c10::intrusive_ptr<c10d::ProcessGroup>, e.g. comm::gloo_group's), one worker per rank,
+// data in host memory. Every operation blocks until this rank's part is done.
 //
-// Determinism: all_reduce_sum does not call the backend's allreduce. It sends each rank
-// the pieces of its chunk (alltoall), sums them there in rank order, and sends the sums
-// back (alltoall), so each element is added in exactly one place, in the order comm::local
-// and comm::mpi add it: every rank ends with the same bits, whatever the backend, and the
-// same bits as those communicators. The bytes on the wire are the ring all-reduce's,
-// 2 (N-1)/N of the buffer, as traffic() reports.
+// Determinism: all_reduce_sum does not call the backend's allreduce. Each element is
+// added in exactly one order, rank 0's value first, then rank 1's, and so on, the order
+// comm::local and comm::mpi add it in: every rank ends with the same bits, whatever the
+// backend, and the same bits as those communicators. Small buffers go as one all-gather
+// (each rank adds every element: one collective, (N-1) n values sent per rank); larger
+// ones as a reduce-scatter and an all-gather, each an alltoall (each rank adds its chunk:
+// two collectives, the ring all-reduce's 2 (N-1)/N n values), as process_group_options
+// chooses. traffic() counts the values each way sends; headers and argument checks are
+// not counted.
 //
-// Every collective first agrees on its arguments (one small allreduce of int64 values),
-// so ranks that pass different counts or roots all throw trickle::comm_error instead of
-// hanging or corrupting each other; that check is not counted in traffic(). Errors the
-// backend raises (a timeout, a dead peer) become trickle::comm_error naming the operation.
-// The process group must outlive this object, and no other thread may use it at the same
-// time through this object.
+// Arguments are checked on every rank together (argument_checks above), so ranks that
+// pass different counts or roots throw trickle::comm_error instead of hanging or
+// corrupting each other. Errors the backend raises (a timeout, a dead peer) become
+// trickle::comm_error naming the operation. The process group must outlive this object,
+// and no other thread may use it at the same time through this object.
 class process_group {
 public:
     using memory_space = host_space;
 
-    explicit process_group(c10::intrusive_ptr<c10d::ProcessGroup> group) : group_(std::move(group)) {
+    explicit process_group(c10::intrusive_ptr<c10d::ProcessGroup> group, process_group_options options = {})
+        : group_(std::move(group)), options_(options) {
         require(group_.defined(), "comm::process_group: the process group is null");
         rank_ = group_->getRank();
         size_ = group_->getSize();
@@ -68,63 +101,61 @@ public:
     traffic_counters traffic() const { return traffic_; }
     void synchronize() {}
     const c10::intrusive_ptr<c10d::ProcessGroup>& group() const { return group_; }
+    const process_group_options& options() const { return options_; }
     // Whether an operation failed in the backend (a dead or silent peer, a timeout), as
     // opposed to ranks that disagreed on their arguments: comm::elastic_group reads it.
     bool backend_failed() const { return backend_failed_; }
+    // The collectives this object started, argument checks by a collective of their own
+    // included: what its calls cost in round trips.
+    std::uint64_t collectives() const { return collectives_; }
+
+    // Whether all_reduce_sum of n floats goes as one all-gather (see process_group_options);
+    // the same answer on every rank that passes the same n.
+    bool all_reduce_gathers(std::size_t n) const {
+        if (size_ <= 2) return true;
+        const auto N = static_cast<std::uint64_t>(size_);
+        // (N-1) n - 2 (N-1) n / N values more, in bytes: (N-1)(N-2) 4n / N.
+        return (N - 1) * (N - 2) * 4 * static_cast<std::uint64_t>(n) <= N * options_.gather_extra_bytes;
+    }
 
     // In place: data = elementwise sum over ranks, the same bits on every rank (see above).
     void all_reduce_sum(float* data, std::size_t n) {
-        const auto s = spread<2>("all_reduce_sum", {static_cast<std::int64_t>(n), null_flag(n != 0 && data == nullptr)});
-        if (s[0].lo != s[0].hi)
-            throw comm_error(detail::concat("comm::process_group all_reduce_sum: ranks passed different element counts "
-                                            "(from ",
-                                            s[0].lo, " to ", s[0].hi, "); rank ", rank_, " passed ", n));
-        check_null("all_reduce_sum", s[1].hi);
-        if (size_ > 1 && n != 0) {
-            const auto N = static_cast<std::size_t>(size_);
-            const std::size_t mine = detail::chunk_size(n, size_, rank_);
-            const std::size_t mine_begin = detail::chunk_begin(n, size_, rank_);
-            std::vector<std::int64_t> chunks(N), mine_each(N, static_cast<std::int64_t>(mine));
-            for (int r = 0; r < size_; ++r)
-                chunks[static_cast<std::size_t>(r)] = static_cast<std::int64_t>(detail::chunk_size(n, size_, r));
-            scratch_.resize(N * mine);
-            at::Tensor whole = wrap(data, n);
-            at::Tensor pieces = wrap(scratch_.data(), N * mine);
-            // 1. Rank q's piece of my chunk lands at scratch[q * mine ...].
-            // (Copies of the split sizes: some versions of c10d move from the vectors they are given.)
-            run("all_reduce_sum", [&] {
-                std::vector<std::int64_t> out_splits = mine_each, in_splits = chunks;
-                return group_->alltoall_base(pieces, whole, out_splits, in_splits);
-            });
-            // 2. The sum, in rank order, as comm::local adds.
-            float* out = data + mine_begin;
-            for (std::size_t i = 0; i < mine; ++i) {
-                float acc = scratch_[i];
-                for (std::size_t q = 1; q < N; ++q) acc += scratch_[q * mine + i];
-                out[i] = acc;
-            }
-            // 3. My summed chunk to every rank (the same bits everywhere).
-            for (std::size_t q = 0; q < N; ++q)
-                for (std::size_t i = 0; i < mine; ++i) scratch_[q * mine + i] = out[i];
-            run("all_reduce_sum", [&] {
-                std::vector<std::int64_t> out_splits = chunks, in_splits = mine_each;
-                return group_->alltoall_base(whole, pieces, out_splits, in_splits);
-            });
+        const bool null = n != 0 && data == nullptr;
+        if (options_.checks == argument_checks::collective) {
+            const auto s = spread<2>("all_reduce_sum", {static_cast<std::int64_t>(n), null_flag(null)});
+            if (s[0].lo != s[0].hi)
+                throw comm_error(detail::concat("comm::process_group all_reduce_sum: ranks passed different element "
+                                                "counts (from ",
+                                                s[0].lo, " to ", s[0].hi, "); rank ", rank_, " passed ", n));
+            check_null("all_reduce_sum", s[1].hi);
         }
-        const std::uint64_t bytes = detail::all_reduce_bytes(n, sizeof(float), size_, rank_);
-        traffic_.count_all_reduce(bytes);
+        const header mine = next_header(op_all_reduce, n, null);
+        if (size_ > 1 && n != 0 && all_reduce_gathers(n)) {
+            reduce_by_gather(mine, data, n);
+            traffic_.count_all_gather(n * sizeof(float), size_);
+            return;
+        }
+        if (size_ > 1 && n != 0)
+            reduce_by_chunks(mine, data, n);
+        else
+            check_headers("all_reduce_sum", &mine, 0, 1);
+        traffic_.count_all_reduce(detail::all_reduce_bytes(n, sizeof(float), size_, rank_));
     }
 
     // recv[r*bytes .. (r+1)*bytes) = rank r's send. Every rank must pass the same size.
     void all_gather_bytes(const void* send, void* recv, std::size_t bytes) {
-        exchange_blocks("all_gather_bytes", send, recv, bytes, false);
+        exchange_blocks("all_gather_bytes", op_all_gather_bytes, send, recv, bytes, false);
     }
 
     // The data-plane byte collectives (byte_communicator), in host memory: the process
     // group's allgather and alltoall_base on uint8 tensors, with the checks above.
-    void all_gather(const void* send, void* recv, std::size_t bytes) { exchange_blocks("all_gather", send, recv, bytes, false); }
+    void all_gather(const void* send, void* recv, std::size_t bytes) {
+        exchange_blocks("all_gather", op_all_gather, send, recv, bytes, false);
+    }
     // recv[q*bytes .. (q+1)*bytes) = rank q's send[rank*bytes .. (rank+1)*bytes).
-    void all_to_all(const void* send, void* recv, std::size_t bytes) { exchange_blocks("all_to_all", send, recv, bytes, true); }
+    void all_to_all(const void* send, void* recv, std::size_t bytes) {
+        exchange_blocks("all_to_all", op_all_to_all, send, recv, bytes, true);
+    }
 
     // Sends n floats to rank dst and receives m floats from rank src; collective, with the
     // pattern checked on every rank before any data moves (as comm::mpi does).
@@ -132,6 +163,7 @@ public:
         const auto mine = detail::send_recv_entry(send, n, dst, recv, m, src);
         std::vector<std::uint64_t> all(detail::send_recv_fields * static_cast<std::size_t>(size_));
         gather_bytes("send_recv", mine.data(), all.data(), sizeof mine);
+        ++seq_;
         detail::check_send_recv_pattern(all.data(), size_, "comm::process_group");
         if (dst == rank_ && src == rank_) {
             for (std::size_t i = 0; i < m; ++i) recv[i] = send[i];
@@ -139,6 +171,7 @@ public:
             c10::intrusive_ptr<c10d::Work> in, out;
             std::vector<at::Tensor> rt, st;
             try {
+                ++collectives_;
                 if (m != 0) {
                     rt.push_back(wrap(recv, m));
                     in = group_->recv(rt, src, tag);
@@ -157,7 +190,9 @@ public:
         traffic_.count_send_recv(n * sizeof(float), m * sizeof(float));
     }
 
-    // data on every rank = data on root. Every rank must pass the same n and root.
+    // data on every rank = data on root. Every rank must pass the same n and root (checked
+    // by a collective of its own in either mode: a broadcast's receivers cannot tell the
+    // root about their arguments).
     void broadcast(float* data, std::size_t n, int root) {
         const auto s = spread<3>("broadcast", {static_cast<std::int64_t>(n), root, null_flag(n != 0 && data == nullptr)});
         if (s[0].lo != s[0].hi || s[1].lo != s[1].hi)
@@ -168,6 +203,7 @@ public:
         require(root >= 0 && root < size_, "comm::process_group broadcast: root ", root, " out of range [0, ", size_,
                 ")");
         check_null("broadcast", s[2].hi);
+        ++seq_;
         if (size_ > 1 && n != 0) {
             std::vector<at::Tensor> t{wrap(data, n)};
             c10d::BroadcastOptions o;
@@ -178,11 +214,146 @@ public:
     }
 
     void barrier() {
+        ++seq_;
         run("barrier", [&] { return group_->barrier(); });
     }
 
 private:
     static constexpr int tag = 0x7121;
+
+    // ---- the call header (argument_checks::in_payload; also sent under collective checks,
+    // where it catches ranks at different points of their sequence of calls) ----
+    enum op_code : std::uint64_t {
+        op_all_reduce = 1,
+        op_all_gather_bytes = 2,
+        op_all_gather = 3,
+        op_all_to_all = 4,
+    };
+    struct header {
+        std::uint64_t op;   // op_code
+        std::uint64_t size; // elements (all_reduce_sum) or bytes
+        std::uint64_t seq;  // collectives this object ran before this one
+        std::uint64_t bad;  // rank + 1 when this rank passed a null pointer, else 0
+    };
+    static constexpr std::size_t header_bytes = sizeof(header);
+    static_assert(header_bytes == 32);
+
+    static const char* op_name(std::uint64_t op) {
+        switch (op) {
+        case op_all_reduce: return "all_reduce_sum";
+        case op_all_gather_bytes: return "all_gather_bytes";
+        case op_all_gather: return "all_gather";
+        case op_all_to_all: return "all_to_all";
+        default: return "an unknown collective";
+        }
+    }
+
+    header next_header(op_code op, std::size_t size, bool null) {
+        return header{op, static_cast<std::uint64_t>(size), seq_++, null ? static_cast<std::uint64_t>(rank_) + 1 : 0};
+    }
+
+    // Every rank's header, rank q's at base + q * stride (or `count` headers one after
+    // another): throws on every rank alike when a rank passed a null pointer or when the
+    // ranks are not in the same call.
+    void check_headers(const char* op, const void* base, std::size_t stride, std::size_t count) const {
+        auto at_rank = [&](std::size_t q) {
+            header h;
+            std::memcpy(&h, static_cast<const unsigned char*>(base) + q * stride, header_bytes);
+            return h;
+        };
+        for (std::size_t q = 0; q < count; ++q)
+            if (at_rank(q).bad != 0) check_null(op, static_cast<std::int64_t>(at_rank(q).bad));
+        const header first = at_rank(0);
+        for (std::size_t q = 1; q < count; ++q) {
+            const header h = at_rank(q);
+            if (h.op != first.op || h.size != first.size || h.seq != first.seq)
+                throw comm_error(detail::concat(
+                    "comm::process_group ", op, ": the ranks are not in the same call: rank 0 is in its collective ",
+                    first.seq, " (", op_name(first.op), " of ", first.size, first.op == op_all_reduce ? " elements" : " bytes",
+                    "), rank ", q, " in its collective ", h.seq, " (", op_name(h.op), " of ", h.size,
+                    h.op == op_all_reduce ? " elements" : " bytes",
+                    "); every rank must make the same calls in the same order"));
+        }
+    }
+
+    static void put_header(unsigned char* to, const header& h) { std::memcpy(to, &h, header_bytes); }
+
+    // One all-gather of [header | values]; every rank adds all ranks' values in rank order.
+    void reduce_by_gather(const header& mine, float* data, std::size_t n) {
+        const auto N = static_cast<std::size_t>(size_);
+        const std::size_t block = header_bytes + n * sizeof(float);
+        send_.resize(block);
+        recv_.resize(N * block);
+        put_header(send_.data(), mine);
+        if (mine.bad == 0)
+            std::memcpy(send_.data() + header_bytes, data, n * sizeof(float));
+        else
+            std::memset(send_.data() + header_bytes, 0, n * sizeof(float));
+        gather_bytes("all_reduce_sum", send_.data(), recv_.data(), block);
+        check_headers("all_reduce_sum", recv_.data(), block, N);
+        auto values = [&](std::size_t q) {
+            return reinterpret_cast<const float*>(recv_.data() + q * block + header_bytes);
+        };
+        for (std::size_t i = 0; i < n; ++i) {
+            float acc = values(0)[i];
+            for (std::size_t q = 1; q < N; ++q) acc += values(q)[i];
+            data[i] = acc;
+        }
+    }
+
+    // A reduce-scatter (each rank's pieces of my chunk, each after its sender's header)
+    // and an all-gather of the summed chunks, each one alltoall.
+    void reduce_by_chunks(const header& mine_header, float* data, std::size_t n) {
+        const auto N = static_cast<std::size_t>(size_);
+        const std::size_t mine = detail::chunk_size(n, size_, rank_);
+        const std::size_t mine_begin = detail::chunk_begin(n, size_, rank_);
+        std::vector<std::int64_t> send_splits(N), recv_splits(N, static_cast<std::int64_t>(header_bytes + mine * 4));
+        send_.resize(N * header_bytes + n * sizeof(float));
+        recv_.resize(N * (header_bytes + mine * sizeof(float)));
+        unsigned char* out = send_.data();
+        for (int q = 0; q < size_; ++q) {
+            const std::size_t c = detail::chunk_size(n, size_, q);
+            send_splits[static_cast<std::size_t>(q)] = static_cast<std::int64_t>(header_bytes + c * sizeof(float));
+            put_header(out, mine_header);
+            if (mine_header.bad == 0)
+                std::memcpy(out + header_bytes, data + detail::chunk_begin(n, size_, q), c * sizeof(float));
+            else
+                std::memset(out + header_bytes, 0, c * sizeof(float));
+            out += header_bytes + c * sizeof(float);
+        }
+        const auto bytes = at::TensorOptions().dtype(at::kByte);
+        at::Tensor sent = at::from_blob(send_.data(), {static_cast<std::int64_t>(send_.size())}, bytes);
+        at::Tensor got = at::from_blob(recv_.data(), {static_cast<std::int64_t>(recv_.size())}, bytes);
+        // 1. Rank q's header and piece of my chunk land at recv_[q * (header + mine) ...].
+        // (Copies of the split sizes: some versions of c10d move from the vectors they are given.)
+        run("all_reduce_sum", [&] {
+            std::vector<std::int64_t> o = recv_splits, i = send_splits;
+            return group_->alltoall_base(got, sent, o, i);
+        });
+        const std::size_t stride = header_bytes + mine * sizeof(float);
+        check_headers("all_reduce_sum", recv_.data(), stride, N);
+        // 2. The sum, in rank order, as comm::local adds.
+        float* sum = data + mine_begin;
+        auto piece = [&](std::size_t q) { return reinterpret_cast<const float*>(recv_.data() + q * stride + header_bytes); };
+        for (std::size_t i = 0; i < mine; ++i) {
+            float acc = piece(0)[i];
+            for (std::size_t q = 1; q < N; ++q) acc += piece(q)[i];
+            sum[i] = acc;
+        }
+        // 3. My summed chunk to every rank (the same bits everywhere).
+        scratch_.resize(N * mine);
+        for (std::size_t q = 0; q < N; ++q)
+            for (std::size_t i = 0; i < mine; ++i) scratch_[q * mine + i] = sum[i];
+        std::vector<std::int64_t> chunks(N), mine_each(N, static_cast<std::int64_t>(mine));
+        for (int r = 0; r < size_; ++r)
+            chunks[static_cast<std::size_t>(r)] = static_cast<std::int64_t>(detail::chunk_size(n, size_, r));
+        at::Tensor whole = wrap(data, n);
+        at::Tensor pieces = wrap(scratch_.data(), N * mine);
+        run("all_reduce_sum", [&] {
+            std::vector<std::int64_t> o = chunks, i = mine_each;
+            return group_->alltoall_base(whole, pieces, o, i);
+        });
+    }
 
     struct range {
         std::int64_t lo, hi;
@@ -208,6 +379,7 @@ private:
     // Starts an operation and waits for it; the backend's errors become comm_error.
     template <class Start>
     void run(const char* op, Start&& start) {
+        ++collectives_;
         try {
             auto work = start();
             work->wait();
@@ -227,26 +399,51 @@ private:
         run(op, [&] { return group_->allgather(out, in); });
     }
 
-    void exchange_blocks(const char* op, const void* send, void* recv, std::size_t bytes, bool to_all) {
-        const auto s = spread<2>(op, {static_cast<std::int64_t>(bytes),
-                                      null_flag(bytes != 0 && (send == nullptr || recv == nullptr))});
-        if (s[0].lo != s[0].hi)
-            throw comm_error(detail::concat("comm::process_group ", op, ": ranks passed different sizes (from ", s[0].lo,
-                                            " to ", s[0].hi, " bytes); rank ", rank_, " passed ", bytes));
-        check_null(op, s[1].hi);
-        if (bytes != 0) {
+    // all_gather (to_all false) or all_to_all of `bytes` per block, each block after its
+    // sender's header; the payload is copied out only once every header checked out.
+    void exchange_blocks(const char* op, op_code code, const void* send, void* recv, std::size_t bytes, bool to_all) {
+        const bool null = bytes != 0 && (send == nullptr || recv == nullptr);
+        if (options_.checks == argument_checks::collective) {
+            const auto s = spread<2>(op, {static_cast<std::int64_t>(bytes), null_flag(null)});
+            if (s[0].lo != s[0].hi)
+                throw comm_error(detail::concat("comm::process_group ", op, ": ranks passed different sizes (from ",
+                                                s[0].lo, " to ", s[0].hi, " bytes); rank ", rank_, " passed ", bytes));
+            check_null(op, s[1].hi);
+        }
+        const header mine = next_header(code, bytes, null);
+        const auto N = static_cast<std::size_t>(size_);
+        const std::size_t block = header_bytes + bytes;
+        const auto* from = static_cast<const unsigned char*>(send);
+        auto* to = static_cast<unsigned char*>(recv);
+        if (size_ == 1 || bytes == 0) {
+            check_headers(op, &mine, 0, 1);
+            if (bytes != 0) std::memmove(to, from, bytes);
+        } else {
+            const std::size_t blocks = to_all ? N : 1;
+            send_.resize(blocks * block);
+            recv_.resize(N * block);
+            for (std::size_t q = 0; q < blocks; ++q) {
+                put_header(send_.data() + q * block, mine);
+                if (mine.bad == 0)
+                    std::memcpy(send_.data() + q * block + header_bytes, from + q * bytes, bytes);
+                else
+                    std::memset(send_.data() + q * block + header_bytes, 0, bytes);
+            }
             if (to_all) {
                 const auto opts = at::TensorOptions().dtype(at::kByte);
-                const auto total = static_cast<std::int64_t>(bytes * static_cast<std::size_t>(size_));
-                at::Tensor in = at::from_blob(const_cast<void*>(send), {total}, opts);
-                at::Tensor out = at::from_blob(recv, {total}, opts);
+                const auto total = static_cast<std::int64_t>(N * block);
+                at::Tensor in = at::from_blob(send_.data(), {total}, opts);
+                at::Tensor out = at::from_blob(recv_.data(), {total}, opts);
                 run(op, [&] {
                     std::vector<std::int64_t> equal_out, equal_in; // empty: equal blocks
                     return group_->alltoall_base(out, in, equal_out, equal_in);
                 });
             } else {
-                gather_bytes(op, send, recv, bytes);
+                gather_bytes(op, send_.data(), recv_.data(), block);
             }
+            check_headers(op, recv_.data(), block, N);
+            for (std::size_t q = 0; q < N; ++q)
+                std::memcpy(to + q * bytes, recv_.data() + q * block + header_bytes, bytes);
         }
         traffic_.count_all_gather(bytes, size_);
     }
@@ -281,10 +478,14 @@ private:
     }
 
     c10::intrusive_ptr<c10d::ProcessGroup> group_;
+    process_group_options options_{};
     int rank_ = 0;
     int size_ = 1;
     traffic_counters traffic_{};
     std::vector<float> scratch_;
+    std::vector<unsigned char> send_, recv_; // [header | values] blocks
+    std::uint64_t seq_ = 0;                  // collectives started (every kind), the headers' seq
+    std::uint64_t collectives_ = 0;
     bool backend_failed_ = false;
 };
 

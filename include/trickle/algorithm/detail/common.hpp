@@ -17,6 +17,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <sstream>
+#include <string>
+#include <vector>
 
 TRICKLE_NAMESPACE_BEGIN
 
@@ -39,6 +41,11 @@ void describe_group(config_record& rec, const param_group<T, Space>& g, int work
         .add("tensors", g.tensor_count())
         .add("elements", g.total_size())
         .add("layout_hash", hash.str());
+    // Each tensor's name and size, so that a mismatch names the first tensor that differs.
+    std::vector<std::string> tensors;
+    tensors.reserve(g.tensor_count());
+    for (std::size_t i = 0; i < g.tensor_count(); ++i) tensors.push_back(concat(g[i].name, " (", g[i].view.size(), ")"));
+    rec.add_detail("tensors in order", std::move(tensors), "layout_hash");
     if (g.empty()) rec.set_error("the parameter group is empty (no tensor with elements)");
 }
 

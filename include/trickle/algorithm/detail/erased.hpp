@@ -17,6 +17,7 @@
 #include <ostream>
 #include <string>
 #include <utility>
+#include <vector>
 
 TRICKLE_NAMESPACE_BEGIN
 
@@ -39,6 +40,7 @@ public:
     virtual membership_stats membership() const = 0;
     virtual void save(std::ostream&) const = 0;
     virtual void load(std::istream&, const std::string& source, checkpoint_trailing trailing) = 0;
+    virtual std::vector<std::string> own_state() const = 0;
     // The engine's kind: "sparta", "diloco", "sparta_diloco" or "ddp" (as its messages name it).
     virtual const char* kind() const = 0;
 };
@@ -84,6 +86,12 @@ public:
             return engine_.stats();
     }
     void save(std::ostream& os) const override { engine_.save(os); }
+    std::vector<std::string> own_state() const override {
+        if constexpr (requires { engine_.own_state(); })
+            return engine_.own_state();
+        else
+            return {};
+    }
     void load(std::istream& is, const std::string& source, checkpoint_trailing trailing) override {
         engine_.load(is, source, trailing);
     }
@@ -149,6 +157,12 @@ public:
               checkpoint_trailing trailing = checkpoint_trailing::refuse) {
         get("load").load(is, source, trailing);
     }
+
+    // The sections of this worker's checkpoint that are its own rather than equal on every
+    // worker (an error-feedback residual, streaming's fragment state): empty when a
+    // checkpoint saved by any one worker restores every worker alike (its traffic counts
+    // aside). The Python package refuses another rank's state_dict unless this is empty.
+    std::vector<std::string> own_state() const { return get("own_state").own_state(); }
 
     // The algorithm's kind: "sparta", "diloco", "sparta_diloco" or "ddp".
     const char* kind() const { return get("kind").kind(); }

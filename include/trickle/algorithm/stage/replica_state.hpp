@@ -131,6 +131,17 @@ public:
     // The configuration hash checkpoints and transfers carry (config_record::serialize, fnv1a).
     void set_config_hash(std::uint64_t h) { config_hash_ = h; }
 
+    // The sections a checkpoint holds that are this worker's own, not kept equal on every
+    // replica (saved but not hashed: DiLoCo's error-feedback residual, streaming's fragment
+    // state), accounting ("stats": the traffic this worker counted) aside. Where there are
+    // none, a checkpoint saved by any one worker restores every worker to the same state.
+    std::vector<std::string> own_sections() const {
+        std::vector<std::string> out;
+        for (const section& s : sections_)
+            if ((s.use & saved) && !(s.use & hashed) && s.name != "stats") out.push_back(s.name);
+        return out;
+    }
+
     // ---- The checkpoint.
     void save(std::ostream& os) const {
         checkpoint_writer w(os);
@@ -284,6 +295,8 @@ public:
         if constexpr (requires(Derived& d) { d.state_received(); }) static_cast<Derived&>(*this).state_received();
     }
     std::uint32_t global_hash() const { return replica_.hash(); }
+    // What this worker's checkpoint holds of its own (replica_state::own_sections).
+    std::vector<std::string> own_state() const { return replica_.own_sections(); }
     void round_backup() { replica_.backup(); }
     void round_rollback() { replica_.rollback(); }
 
