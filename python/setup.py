@@ -6,10 +6,16 @@ Install from the repository root with the torch you will train with already inst
 
 The extension is compiled against that torch (its headers and libraries), with -std=c++20,
 and the trickle headers found by `trickle_include_dir()` below.
+
+Nothing is written into the source tree, so a read-only checkout installs: the build
+directory (objects, build/lib, bdist) and the egg-info live in `build_dir()` below,
+$TRICKLE_BUILD_DIR or a per-user cache directory.
 """
 
+import hashlib
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 from setuptools import setup
@@ -36,6 +42,36 @@ def trickle_include_dir() -> str:
         + ", ".join(str(c) for c in candidates)
         + ". Build from a checkout of the repository (pip install --no-build-isolation ./python), "
         "or set TRICKLE_INCLUDE_DIR to the repository's include/ directory."
+    )
+
+
+def build_dir(torch_version: str, torch_file: str) -> str:
+    """Where setuptools builds (build_base: objects, build/lib, bdist) and writes the egg-info.
+
+    $TRICKLE_BUILD_DIR when set; otherwise $XDG_CACHE_HOME/trickle-build/<key> (default
+    ~/.cache), the key a hash of this source directory, the Python version and the torch
+    build, so that rebuilds of the same checkout are incremental (ninja) and different
+    checkouts or torches never share objects; a directory under the system's temporary
+    directory when the cache is not writable. A `--build-base` given to setuptools wins.
+    """
+    env = os.environ.get("TRICKLE_BUILD_DIR")
+    if env:
+        candidates = [Path(env).expanduser().resolve()]
+    else:
+        key = hashlib.sha256(f"{HERE}|{sys.version}|{torch_version}|{torch_file}".encode()).hexdigest()[:16]
+        cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+        uid = os.getuid() if hasattr(os, "getuid") else "user"
+        candidates = [cache / "trickle-build" / key, Path(tempfile.gettempdir()) / f"trickle-build-{uid}" / key]
+    for c in candidates:
+        try:
+            (c / "egg-info").mkdir(parents=True, exist_ok=True)
+            if os.access(c, os.W_OK):
+                return str(c)
+        except OSError:
+            pass
+    sys.exit(
+        "trickle: no writable build directory (tried " + ", ".join(str(c) for c in candidates)
+        + "); set TRICKLE_BUILD_DIR to a writable directory"
     )
 
 
@@ -66,8 +102,11 @@ def extensions():
         depends=[str(p) for p in (HERE / "csrc").glob("*.hpp")],
     )
     # Ninja (when installed) builds only what changed; MAX_JOBS limits its parallelism.
-    return [ext], {"build_ext": BuildExtension.with_options(use_ninja=True)}
+    base = build_dir(torch.__version__, torch.__file__)
+    options = {"build": {"build_base": base}, "egg_info": {"egg_base": str(Path(base) / "egg-info")}}
+    return [ext], {"build_ext": BuildExtension.with_options(use_ninja=True)}, options
 
 
-ext_modules, cmdclass = extensions()
-setup(ext_modules=ext_modules, cmdclass=cmdclass)
+ext_modules, cmdclass, options = extensions()
+# options: defaults that setup.cfg and the command line override (setuptools' precedence).
+setup(ext_modules=ext_modules, cmdclass=cmdclass, options=options)

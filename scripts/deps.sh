@@ -2,19 +2,38 @@
 # Installs the Debian packages trickle's build, tests and simulator need (sourced by
 # scripts/test.sh and scripts/run.sh). As root it runs apt-get; otherwise it names what
 # is missing and stops.
+#
+#   trickle_install_deps sim   what scripts/run.sh needs: configuring the host-release preset
+#                              and building trickle-sim (a C++20 compiler, CMake, make, doctest,
+#                              which the preset's tests/ directory requires at configure time, and
+#                              OpenBLAS for the simulator's matrix products)
+#   trickle_install_deps all   (the default) the above, and what scripts/test.sh adds: MPI,
+#                              Google Benchmark, Random123, libtorch + Gloo (trickle::torch), and
+#                              the Python package's build (python3-torch, pybind11, headers,
+#                              venv, pip, setuptools, wheel, ninja) and matplotlib for the plots
+#
+# Everything beyond the sim set is optional to CMake: MPI, Torch and OpenMP are found QUIET
+# (cmake/TrickleComponents.cmake, AUTO by default) and the targets that need them are skipped
+# when they are absent; Google Benchmark is required only with TRICKLE_BUILD_BENCHMARKS
+# (off in host-release); Random123 only adds a cross-check to test_philox.
 
-# package -> a file that proves it is installed
-trickle_required_packages() {
+# package -> a file that proves it is installed (alternatives separated by |)
+trickle_sim_packages() {
     cat <<'LIST'
 cmake /usr/bin/cmake
 g++ /usr/bin/g++
 make /usr/bin/make
 doctest-dev /usr/include/doctest/doctest.h
+libopenblas-dev /usr/lib/x86_64-linux-gnu/libopenblas.so|/usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so
+LIST
+}
+
+trickle_test_packages() {
+    cat <<'LIST'
 libbenchmark-dev /usr/include/benchmark/benchmark.h
 librandom123-dev /usr/include/Random123/philox.h
 libopenmpi-dev /usr/include/x86_64-linux-gnu/openmpi/mpi.h|/usr/lib/x86_64-linux-gnu/openmpi/include/mpi.h
 openmpi-bin /usr/bin/mpirun
-libopenblas-dev /usr/lib/x86_64-linux-gnu/libopenblas.so|/usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so
 python3-matplotlib /usr/lib/python3/dist-packages/matplotlib/__init__.py
 libtorch-dev /usr/include/torch/csrc/api/include/torch/torch.h
 libgloo-dev /usr/include/gloo/rendezvous/store.h
@@ -29,14 +48,27 @@ ninja-build /usr/bin/ninja
 LIST
 }
 
+# The packages of a set: sim, or all (sim + test).
+trickle_required_packages() {
+    case "${1:-all}" in
+        sim) trickle_sim_packages ;;
+        all) trickle_sim_packages; trickle_test_packages ;;
+        *) echo "trickle: unknown package set '$1' (sim or all)" >&2; return 2 ;;
+    esac
+}
+
+# trickle_install_deps [sim|all]: installs (as root) or names the missing packages of the set.
 trickle_install_deps() {
+    local set=${1:-all} list
+    list=$(trickle_required_packages "$set") || return 2
     local missing=()
     while read -r pkg files; do
+        [ -n "$pkg" ] || continue
         local found=0
         IFS='|' read -ra alts <<<"$files"
         for f in "${alts[@]}"; do [ -e "$f" ] && found=1; done
         [ "$found" = 1 ] || missing+=("$pkg")
-    done < <(trickle_required_packages)
+    done <<<"$list"
     if [ "${#missing[@]}" -eq 0 ]; then
         return 0
     fi

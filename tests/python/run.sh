@@ -3,19 +3,21 @@
 # and runs its tests: tests/python/test_local.py and test_registry.py (one process),
 # test_distributed.py (4 processes, gloo), test_elastic.py (3 processes over trickle.Elastic,
 # one killed with SIGKILL and restarted), test_peer_failure.py (2 processes, one leaves)
-# and the example examples/python/train.py (4 workers, each algorithm).
+# and the examples examples/python/train.py and train_gpt.py (4 workers, each algorithm).
 #
 #   tests/python/run.sh                 # build if needed, then run everything
 #   tests/python/run.sh --no-example    # skip the example runs
 #   tests/python/run.sh --build-only    # only build / check the installation
 #
-# test_distributed.py and the example run under torchrun; test_peer_failure.py under
+# test_distributed.py and the examples run under torchrun; test_peer_failure.py under
 # tests/python/launch.py, which lets one worker leave on purpose.
 # Environment: TRICKLE_PYTHON (default /usr/bin/python3: a Python with torch; Debian's
-# python3-torch), TRICKLE_VENV (default build/pyenv), MAX_JOBS (parallel compiles, default 1).
+# python3-torch), TRICKLE_VENV (default build/pyenv), MAX_JOBS (parallel compiles, default 1),
+# TRICKLE_BUILD_DIR (where setuptools builds; default $TRICKLE_VENV/trickle-build).
 # The build is skipped when the sources, the trickle headers and torch are unchanged since
-# the last successful one (a stamp in the venv). As root on Debian, missing packages are
-# installed with apt-get; otherwise they are named and the script stops.
+# the last successful one (a stamp in the venv). It writes nothing into python/ (the
+# script fails if it finds a build output there). As root on Debian, missing packages are
+# installed with apt-get (ninja-build too); otherwise they are named and the script stops.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -37,6 +39,8 @@ say() { printf '\n== %s\n' "$*"; }
 die() { printf 'run.sh: %s\n' "$*" >&2; exit 1; }
 
 # ---- 1. A Python with torch, venv, pip, setuptools, wheel, headers and a C++ compiler ----
+# (Debian: python3-torch libtorch-dev libgloo-dev pybind11-dev python3-dev python3-venv
+# python3-pip python3-setuptools python3-wheel g++, and ninja-build, optional.)
 [ -x "$PY" ] || die "no Python at $PY (set TRICKLE_PYTHON to a Python that has torch)"
 missing=()
 "$PY" -c 'import torch' 2>/dev/null || missing+=(python3-torch libtorch-dev)
@@ -44,6 +48,9 @@ missing=()
     || missing+=(libtorch-dev)
 "$PY" -c 'import torch.utils.cpp_extension as c, os; assert any(os.path.isfile(os.path.join(p, "pybind11", "pybind11.h")) for p in c.include_paths() + ["/usr/include"])' 2>/dev/null \
     || missing+=(pybind11-dev)
+# The extension includes c10d's ProcessGroupGloo.hpp (comm::elastic_group), which includes Gloo's headers.
+"$PY" -c 'import torch.utils.cpp_extension as c, os; assert any(os.path.isfile(os.path.join(p, "gloo", "rendezvous", "store.h")) for p in c.include_paths() + ["/usr/include"])' 2>/dev/null \
+    || missing+=(libgloo-dev)
 "$PY" -c 'import setuptools' 2>/dev/null || missing+=(python3-setuptools)
 "$PY" -c 'import wheel' 2>/dev/null || missing+=(python3-wheel)
 "$PY" -c 'import venv, ensurepip' 2>/dev/null || missing+=(python3-venv)
@@ -51,6 +58,10 @@ missing=()
 "$PY" -c 'import sysconfig, os; assert os.path.isfile(os.path.join(sysconfig.get_paths()["include"], "Python.h"))' 2>/dev/null \
     || missing+=(python3-dev)
 command -v g++ >/dev/null || missing+=(g++)
+# ninja is optional (it makes rebuilds incremental): as root it is installed with the rest, otherwise only noted.
+if ! command -v ninja >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null && [ "$PY" = /usr/bin/python3 ]; then
+    missing+=(ninja-build)
+fi
 if [ ${#missing[@]} -gt 0 ]; then
     pkgs=$(printf '%s\n' "${missing[@]}" | sort -u | tr '\n' ' ')
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null && [ "$PY" = /usr/bin/python3 ]; then
@@ -75,8 +86,9 @@ import hashlib, pathlib, sys, torch
 root = pathlib.Path(sys.argv[1])
 h = hashlib.sha256()
 h.update(f"{torch.__version__} {torch.__file__} {sys.version}".encode())
-files = [root / "python" / f for f in ("setup.py", "pyproject.toml")]
-files += sorted((root / "python" / "csrc").glob("*")) + sorted((root / "python" / "trickle").glob("*.py"))
+files = [root / "python" / f for f in ("setup.py", "pyproject.toml", "MANIFEST.in")]
+files += sorted((root / "python" / "csrc").glob("*"))
+files += sorted(f for f in (root / "python" / "trickle").glob("*") if f.suffix in (".py", ".pyi") or f.name == "py.typed")
 files += sorted((root / "include").rglob("*.hpp"))
 for f in files:
     h.update(str(f.relative_to(root)).encode())
@@ -92,11 +104,20 @@ else
     rm -f "$stamp_file"
     t0=$(date +%s)
     log="$VENV/trickle-build.log"
+    # The build directory (objects, build/lib, egg-info) outside the source tree: python/ stays
+    # as checked out (python/setup.py honours TRICKLE_BUILD_DIR; a read-only checkout builds).
+    export TRICKLE_BUILD_DIR=${TRICKLE_BUILD_DIR:-$VENV/trickle-build}
+    marker="$VENV/.trickle-build-started"
+    touch "$marker"
     if ! MAX_JOBS=${MAX_JOBS:-1} "$VENV/bin/pip" install --no-build-isolation --no-deps --no-index -v "$ROOT/python" >"$log" 2>&1; then
         grep -E 'error|Error' "$log" | head -40 >&2 || true
         die "the build failed; full log: $log"
     fi
-    echo "built in $(( $(date +%s) - t0 )) s (log: $log)"
+    echo "built in $(( $(date +%s) - t0 )) s in $TRICKLE_BUILD_DIR (log: $log)"
+    # Build outputs written into python/ during the build: files git ignores (sources edited
+    # meanwhile are not ignored). Outside a git checkout the check finds nothing.
+    written=$(cd "$ROOT" && find python -newer "$marker" -type f 2>/dev/null | { git check-ignore --stdin 2>/dev/null || true; } | head -5)
+    [ -z "$written" ] || die "the build wrote into the source tree python/ (it must not): $(echo $written)"
     echo "$stamp_now" >"$stamp_file"
 fi
 (cd /tmp && "$VPY" -c 'import trickle, torch; print("trickle", trickle.__version__, "at", trickle.__file__, "| torch", torch.__version__)')
@@ -134,6 +155,10 @@ if [ "$RUN_EXAMPLE" = 1 ]; then
     for algo in sparta diloco sparta-diloco; do
         run "example train.py --algo $algo (torchrun, $NPROC workers)" \
             timeout 120 "${torchrun[@]}" examples/python/train.py --steps 200 --algo $algo
+    done
+    for algo in sparta diloco sparta-diloco; do
+        run "example train_gpt.py --algo $algo (torchrun, $NPROC workers, a small GPT)" \
+            timeout 120 "${torchrun[@]}" examples/python/train_gpt.py --steps 60 --log-every 20 --algo $algo
     done
 fi
 
