@@ -1,9 +1,14 @@
 """Overhead of trickle.SPARTA.step() next to the optimizer step, against a SPARTA step in
 the style of EXO Gym (a Bernoulli mask drawn on rank 0 and broadcast, then an all-reduce
-of the masked values), in the same run over the same process group.
+of the masked values), against one dist.all_reduce of as many values as trickle averages
+(the latency floor of the exchange: a DDP bucket of those bytes) and against a DDP step's
+gradient all-reduce of the whole model, in the same run over the same process group.
 
-    torchrun --standalone --nproc-per-node 2 benchmarks/pytorch/bench_sparta_step.py \
+    torchrun --standalone --nproc_per_node 2 --redirects 2 --tee 2 benchmarks/pytorch/bench_sparta_step.py \
         [--hidden 2048] [--layers 3] [--fraction 0.005] [--iters 20] [--json out.json]
+
+(--redirects 2 --tee 2: torch 1.13's torchrun fails under Python 3.11 without them; torch
+2.x accepts them too.)
 
 Every rank times the same loop; rank 0 prints a table (milliseconds per call, median of
 --iters after 3 warm-up calls) and the bytes each method puts on the wire per step.
@@ -84,11 +89,19 @@ def main():
     gen = torch.Generator().manual_seed(1234)
 
     before = sparta.stats.bytes_sent
+    calls_before = getattr(sparta, "collectives", 0)  # (builds before the count existed: 0)
     t_opt = timed(opt.step, args.iters)
     t_trickle = timed(sparta.step, args.iters)
     trickle_bytes = (sparta.stats.bytes_sent - before) / (args.iters + 3)
+    collectives = (getattr(sparta, "collectives", 0) - calls_before) / (args.iters + 3)
     t_block = timed(sparta_block.step, args.iters)
     t_masked = timed(lambda: masked_sparta_step(params, args.fraction, world, gen), args.iters)
+    # One all-reduce of the values one exchange averages, and a DDP step's all-reduce of
+    # every gradient (one flat bucket, the fastest DDP could do it).
+    same = torch.randn(sparta.stats.last_values)
+    t_same = timed(lambda: dist.all_reduce(same), args.iters)
+    grads = torch.randn(n)
+    t_dense = timed(lambda: dist.all_reduce(grads), args.iters)
 
     result = {
         "ranks": world,
@@ -100,20 +113,27 @@ def main():
         "trickle_uniform_step_ms": t_trickle,
         "trickle_block256_step_ms": t_block,
         "masked_step_ms": t_masked,
+        "all_reduce_same_values_ms": t_same,
+        "ddp_all_reduce_ms": t_dense,
+        "values_per_exchange": sparta.stats.last_values,
+        "trickle_collectives_per_step": collectives,
         "trickle_bytes_per_step": trickle_bytes,
         "masked_bytes_per_step": masked_bytes(n, args.fraction, world, rank),
     }
     if rank == 0:
         print(f"{n / 1e6:.1f}M parameters, p = {args.fraction}, {world} ranks (gloo, CPU), torch {torch.__version__}")
-        print(f"{'step':<34}{'ms':>10}{'x AdamW':>10}{'bytes sent':>14}")
+        print(f"{'step':<40}{'ms':>10}{'x AdamW':>10}{'bytes sent':>14}")
         rows = [
             ("AdamW optimizer.step()", t_opt, None),
             ("trickle.SPARTA uniform .step()", t_trickle, trickle_bytes),
             ("trickle.SPARTA block-256 .step()", t_block, trickle_bytes),
             ("masked (EXO Gym-style) step", t_masked, result["masked_bytes_per_step"]),
+            (f"dist.all_reduce of {sparta.stats.last_values} values", t_same, None),
+            (f"DDP all-reduce of all {n} grads", t_dense, None),
         ]
         for name, ms, b in rows:
-            print(f"{name:<34}{ms:>10.2f}{ms / t_opt:>10.3f}{'' if b is None else f'{b:>14,.0f}'}")
+            print(f"{name:<40}{ms:>10.2f}{ms / t_opt:>10.3f}{'' if b is None else f'{b:>14,.0f}'}")
+        print(f"trickle collectives per SPARTA step: {collectives:g}")
         if args.json:
             with open(args.json, "w") as f:
                 json.dump(result, f, indent=2)

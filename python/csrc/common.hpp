@@ -7,8 +7,13 @@
 // the number of template instantiations small, the schedule, the topology and the codec
 // are the variant policies schedule::any, topology::any and codec::any, so only the
 // sampler (SPARTA), the outer optimizer (DiLoCo), or both (SPARTA + DiLoCo) are template
-// arguments; the model wrappers of trickle/torch/algorithms.hpp instantiate one engine per
-// host dtype (float32, float16, bfloat16) of each.
+// arguments, and DiLoCo's outer gradient travels either through a codec (codec::any) or
+// through a sparsifier (outer_sparsifier below): two instantiations. The model wrappers
+// below (after trickle/torch/algorithms.hpp's) instantiate one engine per host dtype
+// (float32, float16, bfloat16) of each. Three choices cost no instantiation: an outer
+// learning-rate schedule (scheduled_outer wraps the optimizer and holds the schedule as a
+// schedule::any, or none), "native" (the codec of each group's dtype, chosen per group at
+// run time), and Streaming DiLoCo (plain diloco_options fields).
 #pragma once
 
 #include <torch/extension.h>
@@ -18,6 +23,7 @@
 #include <pybind11/stl.h>
 
 #include <trickle/codec/any.hpp>
+#include <trickle/codec/sparse.hpp>
 #include <trickle/core/type_list.hpp>
 #include <trickle/outer.hpp>
 #include <trickle/sampler.hpp>
@@ -28,8 +34,11 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
+#include <type_traits>
 #include <utility>
+#include <variant>
 #include <vector>
 
 namespace trickle_py {
@@ -58,9 +67,12 @@ T get(const py::dict& d, const char* key) {
 // and length (end_fraction, schedule_steps), its points (points), and whether a warm-up
 // may lead into it (warmup_steps, warmup_start_fraction); a topology's group size
 // (island_size); a codec's block_size (codec_block); an outer optimizer's lr (outer_lr),
-// momentum (momentum), betas (betas) and eps (eps). A policy added to a registry takes the
-// keywords its fields name; trickle._C.policy_options tells the Python layer which those
-// are, so that it refuses a keyword the chosen policy has no use for.
+// momentum (momentum), betas (betas) and eps (eps), and for one with a learning rate its
+// schedule (outer_lr_schedule, whose own keywords are the schedule's, prefixed outer_lr_);
+// a sparsifier's chunk and k (sparse_chunk, sparse_k) or fraction (sparse_fraction). A
+// policy added to a registry takes the keywords its fields name; trickle._C.policy_options
+// tells the Python layer which those are, so that it refuses a keyword the chosen policy
+// has no use for.
 template <class P>
 inline constexpr bool has_block_size = requires(P p) { p.block_size = std::size_t{1}; };
 template <class P>
@@ -87,6 +99,20 @@ inline constexpr bool has_betas = requires(P p) {
 };
 template <class P>
 inline constexpr bool has_eps = requires(P p) { p.eps = 0.5; };
+template <class P>
+inline constexpr bool has_chunk_k = requires(P p) {
+    p.chunk = std::size_t{1};
+    p.k = std::size_t{1};
+};
+template <class P>
+inline constexpr bool has_sparse_fraction = requires(P p) { p.fraction = 0.5; };
+
+// The sparsifiers of DiLoCo's outer gradient (codec/sparse.hpp) that outer_sparsifier=
+// names, their values through the outer codec. (The library lists no registry of them:
+// a sparsifier wraps a codec; this list is the package's, by the names the C++ policies
+// declare.)
+using sparsifier_registry =
+    trickle::type_list<trickle::codec::chunk_topk<trickle::codec::any>, trickle::codec::random_k<trickle::codec::any>>;
 
 // The keywords each family's policies may take, as above.
 template <class S>
@@ -123,6 +149,14 @@ std::vector<std::string> outer_keys() {
     if constexpr (has_momentum<O>) k.emplace_back("momentum");
     if constexpr (has_betas<O>) k.emplace_back("betas");
     if constexpr (has_eps<O>) k.emplace_back("eps");
+    if constexpr (trickle::outer::has_learning_rate<O>) k.emplace_back("outer_lr_schedule");
+    return k;
+}
+template <class S>
+std::vector<std::string> sparsifier_keys() {
+    std::vector<std::string> k;
+    if constexpr (has_chunk_k<S>) k.insert(k.end(), {"sparse_chunk", "sparse_k"});
+    if constexpr (has_sparse_fraction<S>) k.emplace_back("sparse_fraction");
     return k;
 }
 
@@ -165,26 +199,41 @@ decltype(auto) with_sampler(const sampler_config& c, F&& f) {
     });
 }
 
-inline trickle::schedule::any make_schedule(const py::dict& d) {
-    const auto name = get<std::string>(d, "schedule");
-    const auto end_fraction = get<double>(d, "end_fraction");
-    const auto steps = get<std::uint64_t>(d, "schedule_steps");
-    const auto warmup_steps = get<std::uint64_t>(d, "warmup_steps");
-    const auto start = get<double>(d, "warmup_start_fraction");
-    return trickle::visit_name<trickle::schedule::registry>(name, "schedule", [&](auto t) -> trickle::schedule::any {
+// A schedule by name, from the options under `prefix`: "" for SPARTA's fraction schedule
+// (schedule, end_fraction, schedule_steps, points, warmup_steps, warmup_start_fraction),
+// "outer_lr_" for DiLoCo's outer learning-rate schedule (outer_lr_schedule,
+// outer_lr_end_fraction, ...), whose fractions are multipliers of the outer lr.
+inline trickle::schedule::any make_schedule(const py::dict& d, const std::string& prefix = "") {
+    auto key = [&](const char* k) { return prefix + k; };
+    const auto name = get<std::string>(d, key("schedule").c_str());
+    const auto end_fraction = get<double>(d, key("end_fraction").c_str());
+    const auto steps = get<std::uint64_t>(d, key("schedule_steps").c_str());
+    const auto warmup_steps = get<std::uint64_t>(d, key("warmup_steps").c_str());
+    const auto start = get<double>(d, key("warmup_start_fraction").c_str());
+    return trickle::visit_name<trickle::schedule::registry>(name, key("schedule").c_str(), [&](auto t) -> trickle::schedule::any {
         using S = typename decltype(t)::type;
         S s{};
         if constexpr (has_decay<S>) {
             s.end_fraction = end_fraction;
             s.steps = steps;
         }
-        if constexpr (has_points<S>) s.points = get<std::vector<std::pair<std::uint64_t, double>>>(d, "points");
+        if constexpr (has_points<S>)
+            s.points = get<std::vector<std::pair<std::uint64_t, double>>>(d, key("points").c_str());
         if (warmup_steps == 0) return s;
         if constexpr (warms_up<S>)
             return trickle::schedule::warmup<S>{.steps = warmup_steps, .start_fraction = start, .then = s};
         else
-            throw trickle::invalid_argument("trickle: warmup_steps cannot be combined with the " + name + " schedule");
+            throw trickle::invalid_argument("trickle: " + key("warmup_steps") + " cannot be combined with the " + name +
+                                            " schedule");
     });
+}
+
+// DiLoCo's outer learning-rate schedule, or none: constant without a warm-up is no
+// schedule at all (the optimizer as it is: the same bits, configuration and checkpoints).
+inline std::optional<trickle::schedule::any> make_lr_schedule(const py::dict& d) {
+    if (get<std::string>(d, "outer_lr_schedule") == "constant" && get<std::uint64_t>(d, "outer_lr_warmup_steps") == 0)
+        return std::nullopt;
+    return make_schedule(d, "outer_lr_");
 }
 
 inline trickle::topology::any make_topology(const py::dict& d) {
@@ -196,16 +245,159 @@ inline trickle::topology::any make_topology(const py::dict& d) {
     });
 }
 
-// A codec by name (codec_block: values per scale of the codecs that have blocks).
-inline trickle::codec::any make_codec(const py::dict& d, const char* key) {
+// ---- codecs and sparsifiers, chosen per parameter group ----
+
+// A codec by name, or "native": each parameter group's values in its own dtype (fp32 for
+// float32, bf16 for bfloat16, fp16 for float16: codec::resolve_t<codec::native, T>, what
+// trickle::torch::sparta<..., codec::native> does), decided per group at construction.
+struct codec_choice {
+    trickle::codec::any codec{};
+    bool native = false;
+
+    template <class T>
+    trickle::codec::any for_type() const {
+        if (native) return trickle::codec::resolve_t<trickle::codec::native, T>{};
+        return codec;
+    }
+};
+
+// codec_block: values per scale of the codecs that have blocks.
+inline codec_choice make_codec(const py::dict& d, const char* key) {
     const auto name = get<std::string>(d, key);
+    if (name == trickle::codec::native::name) return codec_choice{.native = true};
     const auto block = get<std::size_t>(d, "codec_block");
-    return trickle::visit_name<trickle::codec::registry>(name, key, [&](auto t) -> trickle::codec::any {
+    return codec_choice{.codec = trickle::visit_name<trickle::codec::registry>(name, key, [&](auto t) -> trickle::codec::any {
         typename decltype(t)::type c{};
         if constexpr (has_block_size<decltype(c)>) c.block_size = block;
         return c;
-    });
+    })};
 }
+
+// DiLoCo's outer gradient through a sparsifier (codec/sparse.hpp), chosen at run time: the
+// sparsifier holds its values' codec as a codec::any, or, for plain fp32 values, is
+// exactly C++'s default codec::chunk_topk<> / codec::random_k<>. One engine instantiation
+// covers them all: the exchange route finds sparse_all_reduce and sparse_all_reduce_parts
+// for this type by argument-dependent lookup (below), and each visits the held sparsifier.
+struct outer_sparsifier {
+    using topk_any = trickle::codec::chunk_topk<trickle::codec::any>;
+    using randk_any = trickle::codec::random_k<trickle::codec::any>;
+    using variant_type =
+        std::variant<trickle::codec::chunk_topk<>, trickle::codec::random_k<>, topk_any, randk_any>;
+    static constexpr const char* name = "sparsifier";
+    variant_type held{};
+
+    const char* held_name() const {
+        return std::visit([](const auto& s) -> const char* { return std::remove_cvref_t<decltype(s)>::name; }, held);
+    }
+    std::size_t payload_bytes(std::size_t n) const {
+        return std::visit([&](const auto& s) -> std::size_t { return s.payload_bytes(n); }, held);
+    }
+    std::size_t kept(std::size_t n) const {
+        return std::visit([&](const auto& s) -> std::size_t { return s.kept(n); }, held);
+    }
+    std::string error() const {
+        return std::visit([](const auto& s) -> std::string { return s.error(); }, held);
+    }
+    void describe(trickle::config_record& rec) const {
+        std::visit([&](const auto& s) { s.describe(rec); }, held);
+    }
+    void reserve_scratch(trickle::codec::sparse_scratch& scratch, std::size_t n, int ranks) const {
+        std::visit([&](const auto& s) { s.reserve_scratch(scratch, n, ranks); }, held);
+    }
+};
+
+template <class Comm>
+int sparse_all_reduce(const outer_sparsifier& sp, Comm& comm, float* buf, std::size_t n,
+                      trickle::codec::sparse_scratch& scratch, float* residual, float beta, std::uint64_t seed,
+                      std::uint64_t round) {
+    return std::visit(
+        [&](const auto& s) {
+            return trickle::codec::sparse_all_reduce(s, comm, buf, n, scratch, residual, beta, seed, round);
+        },
+        sp.held);
+}
+
+inline trickle::codec::wire_parts sparse_all_reduce_parts(const outer_sparsifier& sp, std::size_t n, int N, int me) {
+    return std::visit([&](const auto& s) { return trickle::codec::sparse_all_reduce_parts(s, n, N, me); }, sp.held);
+}
+
+static_assert(trickle::codec::sparsifier_policy<outer_sparsifier> && !trickle::codec_policy<outer_sparsifier>);
+
+// outer_sparsifier= with its fields, the values' codec resolved per group as codec_choice.
+struct sparse_choice {
+    std::string name;
+    std::size_t chunk = 64, k = 4;
+    double fraction = 0.01;
+    codec_choice values{};
+
+    template <class T>
+    outer_sparsifier for_type() const {
+        const trickle::codec::any v = values.for_type<T>();
+        const bool fp32 = std::holds_alternative<trickle::codec::fp32>(v.held);
+        return trickle::visit_name<sparsifier_registry>(name, "outer_sparsifier", [&](auto t) -> outer_sparsifier {
+            using S = typename decltype(t)::type;
+            S s{};
+            s.values = v;
+            if constexpr (has_chunk_k<S>) {
+                s.chunk = chunk;
+                s.k = k;
+                if (fp32) return {trickle::codec::chunk_topk<>{.chunk = chunk, .k = k}};
+            }
+            if constexpr (has_sparse_fraction<S>) {
+                s.fraction = fraction;
+                if (fp32) return {trickle::codec::random_k<>{.fraction = fraction}};
+            }
+            return {s};
+        });
+    }
+};
+
+// How DiLoCo's outer gradient travels: a codec, or a sparsifier (outer_sparsifier= given).
+struct outer_wire {
+    codec_choice codec{};
+    std::optional<sparse_choice> sparse{};
+
+    static outer_wire from(const py::dict& d) {
+        outer_wire w;
+        w.codec = make_codec(d, "outer_codec");
+        const py::object s = item(d, "outer_sparsifier");
+        if (!s.is_none()) {
+            sparse_choice c;
+            c.name = s.cast<std::string>();
+            c.chunk = get<std::size_t>(d, "sparse_chunk");
+            c.k = get<std::size_t>(d, "sparse_k");
+            c.fraction = get<double>(d, "sparse_fraction");
+            c.values = w.codec;
+            w.sparse = c;
+        }
+        return w;
+    }
+};
+
+// ---- outer optimizers, with an optional learning-rate schedule ----
+
+// An outer optimizer with a learning rate, with or without a schedule of it: with one it is
+// outer::lr_scheduled<O, schedule::any> (trickle/outer/lr_schedule.hpp: the lr times the
+// schedule's multiplier at each outer step, the schedule's fields in the configuration);
+// without, O itself (its bits, fields and checkpoints). One instantiation for both: the
+// rule that prepare() returns is O's either way.
+template <class O>
+struct scheduled_outer {
+    using scheduled = trickle::outer::lr_scheduled<O, trickle::schedule::any>;
+    static constexpr const char* name = O::name;
+    static constexpr int state_slots = O::state_slots;
+
+    O optimizer{};
+    std::optional<scheduled> schedule{};
+
+    void describe(trickle::config_record& rec) const {
+        if (schedule)
+            schedule->describe(rec);
+        else
+            optimizer.describe(rec);
+    }
+    auto prepare(std::uint64_t t) const { return schedule ? schedule->prepare(t) : optimizer.prepare(t); }
+};
 
 struct outer_config {
     std::string name = "nesterov";
@@ -224,11 +416,12 @@ struct outer_config {
     }
 };
 
-// The outer optimizer's plain values, read under the GIL.
+// The outer optimizer's plain values and its lr schedule, read under the GIL.
 struct outer_values {
     std::string name;
     bool has_lr = false, has_momentum = false;
     double lr = 0, momentum = 0, beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+    std::optional<trickle::schedule::any> lr_schedule{};
 
     static outer_values from(const py::dict& d) {
         const outer_config c = outer_config::from(d);
@@ -241,12 +434,14 @@ struct outer_values {
         v.beta1 = c.beta1;
         v.beta2 = c.beta2;
         v.eps = c.eps;
+        v.lr_schedule = make_lr_schedule(d);
         return v;
     }
 };
 
 // Calls f(outer) with the named outer optimizer; each optimizer is one instantiation. The
-// fields the values give are set, the others keep the optimizer's defaults.
+// fields the values give are set, the others keep the optimizer's defaults; an optimizer
+// with a learning rate comes as scheduled_outer (with the lr schedule, if any).
 template <class F>
 decltype(auto) with_outer(const outer_values& v, F&& f) {
     return trickle::visit_name<trickle::outer::registry>(v.name, "outer optimizer", [&](auto t) -> decltype(auto) {
@@ -261,7 +456,16 @@ decltype(auto) with_outer(const outer_values& v, F&& f) {
             o.beta2 = v.beta2;
         }
         if constexpr (has_eps<O>) o.eps = v.eps;
-        return f(o);
+        if constexpr (trickle::outer::has_learning_rate<O>) {
+            scheduled_outer<O> s{.optimizer = o};
+            if (v.lr_schedule) s.schedule = typename scheduled_outer<O>::scheduled{.optimizer = o, .schedule = *v.lr_schedule};
+            return f(s);
+        } else {
+            if (v.lr_schedule)
+                throw trickle::invalid_argument(trickle::detail::concat(
+                    "outer::", O::name, " has no learning rate to schedule (outer_lr_schedule)"));
+            return f(o);
+        }
     });
 }
 
@@ -285,23 +489,148 @@ inline trickle::diloco_options diloco_opts(const py::dict& d) {
     o.error_feedback = get<double>(d, "error_feedback");
     o.broadcast_initial = get<bool>(d, "broadcast_initial");
     o.stochastic_rounding = get<bool>(d, "stochastic_rounding");
+    // Streaming DiLoCo (docs/streaming.md).
+    o.fragments = get<std::uint64_t>(d, "fragments");
+    o.fragment_tensors = get<std::vector<std::uint32_t>>(d, "fragment_tensors");
+    o.overlap_steps = get<std::uint64_t>(d, "overlap_steps");
+    o.mix = get<double>(d, "mix");
     return o;
 }
 
+// Everything DiLoCo's part is built from, read under the GIL.
+struct diloco_config {
+    outer_values outer;
+    trickle::diloco_options options;
+    trickle::topology::any topology;
+    outer_wire wire;
+
+    static diloco_config from(const py::dict& d) {
+        return {outer_values::from(d), diloco_opts(d), make_topology(d), outer_wire::from(d)};
+    }
+};
+
+// And SPARTA's part.
+struct sparta_config {
+    sampler_config sampler;
+    trickle::sparta_options options;
+    trickle::schedule::any schedule;
+    codec_choice codec;
+
+    static sparta_config from(const py::dict& d, const char* interval_key) {
+        return {sampler_config::from(d), sparta_opts(d, interval_key), make_schedule(d), make_codec(d, "codec")};
+    }
+};
+
+// ---- the model wrappers ----
+
+// trickle::torch's wrappers (trickle/torch/algorithms.hpp) with the codecs chosen per
+// parameter group: the same collection of the model, agreement on its groups, per-group
+// seeds (torch::group_seed) and stepping (they are model_algorithm's), and each group's
+// algorithm built with its codec resolved for the group's dtype (codec_choice, sparse_choice).
+namespace ttd = trickle::torch::detail;
+
+template <class Group>
+using group_value_t = typename std::remove_cvref_t<Group>::value_type;
+
+template <class Sampler>
+using sparta_algo = trickle::sparta<Sampler, trickle::schedule::any, trickle::topology::any, trickle::codec::any>;
+
+template <class Sampler>
+class model_sparta : public ttd::model_algorithm<sparta_algo<Sampler>> {
+public:
+    template <class Comm>
+    model_sparta(const named_tensors& params, Comm& comm, const sparta_config& c, const Sampler& sampler,
+                 const trickle::topology::any& topology) {
+        this->build(
+            "sparta", comm, [&] { return ttd::collect(params); },
+            [&](const auto& group, Comm& cm, std::size_t g) {
+                trickle::sparta_options o = c.options;
+                o.seed = trickle::torch::group_seed(c.options.seed, g);
+                return sparta_algo<Sampler>(group, cm, o, sampler, c.schedule, topology,
+                                            c.codec.template for_type<group_value_t<decltype(group)>>());
+            },
+            c.options.join);
+    }
+};
+
+template <class Outer, class Wire>
+class model_diloco : public ttd::model_algorithm<trickle::diloco<Outer, trickle::topology::any, Wire>> {
+    using algo = trickle::diloco<Outer, trickle::topology::any, Wire>;
+
+public:
+    template <class Comm, class Choice>
+    model_diloco(const named_tensors& params, Comm& comm, const trickle::diloco_options& options, const Outer& outer,
+                 const trickle::topology::any& topology, const Choice& wire) {
+        this->build(
+            "diloco", comm, [&] { return ttd::collect(params); },
+            [&](const auto& group, Comm& cm, std::size_t g) {
+                trickle::diloco_options o = options;
+                o.seed = trickle::torch::group_seed(options.seed, g);
+                return algo(group, cm, o, outer, topology, wire.template for_type<group_value_t<decltype(group)>>());
+            },
+            options.join);
+    }
+};
+
+template <class Sampler, class Outer, class Wire>
+using sparta_diloco_algo = trickle::sparta_diloco<Sampler, trickle::schedule::any, trickle::topology::any, Outer,
+                                                  trickle::codec::any, Wire>;
+
+template <class Sampler, class Outer, class Wire>
+class model_sparta_diloco : public ttd::model_algorithm<sparta_diloco_algo<Sampler, Outer, Wire>> {
+    using algo = sparta_diloco_algo<Sampler, Outer, Wire>;
+
+public:
+    template <class Comm, class Choice>
+    model_sparta_diloco(const named_tensors& params, Comm& comm, const sparta_config& sc, const Sampler& sampler,
+                        const trickle::diloco_options& options, const Outer& outer,
+                        const trickle::topology::any& topology, const Choice& wire) {
+        this->build(
+            "sparta_diloco", comm, [&] { return ttd::collect(params); },
+            [&](const auto& group, Comm& cm, std::size_t g) {
+                using T = group_value_t<decltype(group)>;
+                trickle::sparta_options s = sc.options;
+                trickle::diloco_options o = options;
+                s.seed = trickle::torch::group_seed(sc.options.seed, g);
+                o.seed = trickle::torch::group_seed(options.seed, g);
+                return algo(group, cm, s, o, sampler, sc.schedule, topology, outer, sc.codec.template for_type<T>(),
+                            wire.template for_type<T>());
+            },
+            options.join);
+    }
+
+    // Each part's account, summed over groups (the initial broadcast is on the DiLoCo part),
+    // as trickle::torch::sparta_diloco sums them.
+    trickle::exchange_stats sparse_stats() const {
+        return this->sum_over_groups([](const auto& a) -> const trickle::exchange_stats& { return a.sparse_stats(); });
+    }
+    trickle::exchange_stats outer_stats() const {
+        return this->sum_over_groups([](const auto& a) -> const trickle::exchange_stats& { return a.outer_stats(); });
+    }
+};
+
 // ---- the bound object ----
+
+// Which account of an algorithm: the whole (for SPARTA + DiLoCo the sum of its parts), or
+// one part of SPARTA + DiLoCo.
+enum class stats_part { total = 0, sparse = 1, outer = 2 };
 
 // What every algorithm offers Python, whatever its policies.
 class algorithm_base {
 public:
     virtual ~algorithm_base() = default;
     virtual void step() = 0;
-    virtual trickle::exchange_stats stats() const = 0;
-    virtual trickle::exchange_stats sparse_stats() const = 0;
-    virtual trickle::exchange_stats outer_stats() const = 0;
+    virtual trickle::exchange_stats stats(stats_part part) const = 0;
+    // One parameter group's account (group order as params().groups).
+    virtual trickle::exchange_stats group_stats(std::size_t group, stats_part part) const = 0;
+    // DiLoCo and SPARTA + DiLoCo: this worker's weight in the coming outer steps (local).
+    virtual void set_weight(float w) = 0;
     virtual std::string save_bytes() const = 0;
     virtual void load_bytes(const std::string&) = 0;
     virtual const trickle::torch::model_params& params() const = 0;
     virtual trickle::membership_stats membership() const = 0;
+    // The sections of this worker's state that are its own (model_algorithm::own_state).
+    virtual std::vector<std::string> own_state() const = 0;
 };
 
 template <class Wrapper>
@@ -311,23 +640,33 @@ public:
     explicit algorithm_impl(Args&&... args) : w_(std::forward<Args>(args)...) {}
 
     void step() override { w_.step(); }
-    trickle::exchange_stats stats() const override { return w_.stats(); }
-    trickle::exchange_stats sparse_stats() const override {
-        if constexpr (requires { w_.sparse_stats(); })
-            return w_.sparse_stats();
-        else
-            return w_.stats();
+    trickle::exchange_stats stats(stats_part part) const override {
+        if constexpr (requires { w_.sparse_stats(); }) {
+            if (part == stats_part::sparse) return w_.sparse_stats();
+            if (part == stats_part::outer) return w_.outer_stats();
+        }
+        return w_.stats();
     }
-    trickle::exchange_stats outer_stats() const override {
-        if constexpr (requires { w_.outer_stats(); })
-            return w_.outer_stats();
-        else
-            return w_.stats();
+    trickle::exchange_stats group_stats(std::size_t group, stats_part part) const override {
+        if (group >= w_.group_count())
+            throw trickle::invalid_argument(trickle::detail::concat("trickle: group ", group, " does not exist; the model has ",
+                                                                    w_.group_count(), " parameter group(s)"));
+        const auto& a = w_.at(group);
+        if constexpr (requires { a.sparse_stats(); }) {
+            if (part == stats_part::sparse) return a.sparse_stats();
+            if (part == stats_part::outer) return a.outer_stats();
+        }
+        return a.stats();
+    }
+    void set_weight(float w) override {
+        for (std::size_t g = 0; g < w_.group_count(); ++g) w_.algorithm(g).set_weight(w);
     }
     std::string save_bytes() const override { return w_.save_bytes(); }
     void load_bytes(const std::string& b) override { w_.load_bytes(b); }
     const trickle::torch::model_params& params() const override { return w_.params(); }
     trickle::membership_stats membership() const override { return w_.membership(); }
+
+    std::vector<std::string> own_state() const override { return w_.own_state(); }
 
 private:
     Wrapper w_;
@@ -338,8 +677,15 @@ private:
 // destroyed first).
 class bound_algorithm {
 public:
+    // Over a torch.distributed group, the argument checks in the payload: every size the
+    // algorithms pass follows from the configuration and the model layout the ranks compare
+    // at construction, so an exchange over a small model is one collective
+    // (docs/communicators.md, comm::process_group).
     bound_algorithm(std::string kind, process_group_ptr pg)
-        : kind_(std::move(kind)), comm_(std::make_unique<trickle::comm::process_group>(std::move(pg))) {}
+        : kind_(std::move(kind)),
+          comm_(std::make_unique<trickle::comm::process_group>(
+              std::move(pg),
+              trickle::comm::process_group_options{.checks = trickle::comm::argument_checks::in_payload})) {}
     bound_algorithm(std::string kind, store_ptr store, int id, trickle::comm::elastic_group_options o)
         : kind_(std::move(kind)),
           elastic_(std::make_unique<trickle::comm::elastic_group>(std::move(store), id, std::move(o))) {}
@@ -374,6 +720,12 @@ public:
         return *algo_;
     }
     const std::string& kind() const { return kind_; }
+    // The collectives this worker's communicator started (over a torch.distributed group;
+    // over trickle.Elastic, the current epoch's group's, 0 between epochs).
+    std::uint64_t collectives() const {
+        if (comm_) return comm_->collectives();
+        return 0;
+    }
     int rank() const { return comm_ ? comm_->rank() : elastic_->rank(); }
     int size() const { return comm_ ? comm_->size() : elastic_->size(); }
 
@@ -384,7 +736,7 @@ private:
     std::unique_ptr<algorithm_base> algo_;
 };
 
-// The three factories, one per binding file. Each is called under the GIL and releases it
+// The factories, one per binding file. Each is called under the GIL and releases it
 // while the (collective) construction runs.
 std::unique_ptr<bound_algorithm> make_sparta(process_group_ptr pg, const named_tensors& params, const py::dict& opts);
 std::unique_ptr<bound_algorithm> make_diloco(process_group_ptr pg, const named_tensors& params, const py::dict& opts);
@@ -394,5 +746,39 @@ std::unique_ptr<bound_algorithm> make_diloco_elastic(store_ptr store, int id, in
                                                      const named_tensors& params, const py::dict& opts);
 std::unique_ptr<bound_algorithm> make_sparta_diloco(process_group_ptr pg, const named_tensors& params,
                                                     const py::dict& opts);
+
+// DiLoCo over `comm` with the outer gradient through `wire` (a codec_choice or a
+// sparse_choice), one instantiation per outer optimizer; called without the GIL.
+template <class Comm, class Choice>
+std::unique_ptr<algorithm_base> build_diloco(Comm& comm, const named_tensors& params, const diloco_config& c,
+                                             const Choice& wire) {
+    return with_outer(c.outer, [&](const auto& o) -> std::unique_ptr<algorithm_base> {
+        using wire_type = decltype(wire.template for_type<float>());
+        using wrapper = model_diloco<std::remove_cvref_t<decltype(o)>, wire_type>;
+        return std::make_unique<algorithm_impl<wrapper>>(params, comm, c.options, o, c.topology, wire);
+    });
+}
+
+// The sparsifier instantiations live in their own files (diloco_sparse.cpp,
+// sparta_diloco_sparse.cpp), so that the two halves compile in parallel.
+std::unique_ptr<algorithm_base> diloco_sparsified(trickle::comm::process_group& comm, const named_tensors& params,
+                                                  const diloco_config& c);
+std::unique_ptr<algorithm_base> sparta_diloco_sparsified(trickle::comm::process_group& comm,
+                                                         const named_tensors& params, const sparta_config& sc,
+                                                         const diloco_config& c);
+
+// SPARTA + DiLoCo over `comm`, one instantiation per (sampler, outer optimizer).
+template <class Comm, class Choice>
+std::unique_ptr<algorithm_base> build_sparta_diloco(Comm& comm, const named_tensors& params, const sparta_config& sc,
+                                                    const diloco_config& c, const Choice& wire) {
+    return with_sampler(sc.sampler, [&](const auto& s) -> std::unique_ptr<algorithm_base> {
+        return with_outer(c.outer, [&](const auto& o) -> std::unique_ptr<algorithm_base> {
+            using wire_type = decltype(wire.template for_type<float>());
+            using wrapper =
+                model_sparta_diloco<std::remove_cvref_t<decltype(s)>, std::remove_cvref_t<decltype(o)>, wire_type>;
+            return std::make_unique<algorithm_impl<wrapper>>(params, comm, sc, s, c.options, o, c.topology, wire);
+        });
+    });
+}
 
 } // namespace trickle_py

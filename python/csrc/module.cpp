@@ -3,6 +3,8 @@
 // builds the option dicts the factories read.
 #include "common.hpp"
 
+#include <torch/version.h>
+
 #include <exception>
 
 namespace trickle_py {
@@ -110,10 +112,20 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
                 a.algo().step();
             },
             "Collective: one step of the algorithm (after optimizer.step()).")
-        .def("stats", [](const bound_algorithm& a) { return stats_dict(a.algo().stats()); })
-        .def("sparse_stats", [](const bound_algorithm& a) { return stats_dict(a.algo().sparse_stats()); })
-        .def("outer_stats", [](const bound_algorithm& a) { return stats_dict(a.algo().outer_stats()); })
+        .def("stats", [](const bound_algorithm& a) { return stats_dict(a.algo().stats(stats_part::total)); })
+        .def("sparse_stats", [](const bound_algorithm& a) { return stats_dict(a.algo().stats(stats_part::sparse)); })
+        .def("outer_stats", [](const bound_algorithm& a) { return stats_dict(a.algo().stats(stats_part::outer)); })
+        .def(
+            "group_stats",
+            [](const bound_algorithm& a, std::size_t group, int part) {
+                if (part < 0 || part > 2) throw trickle::invalid_argument("trickle._C: part must be 0, 1 or 2");
+                return stats_dict(a.algo().group_stats(group, static_cast<stats_part>(part)));
+            },
+            py::arg("group"), py::arg("part") = 0)
+        .def("set_weight", [](bound_algorithm& a, float w) { a.algo().set_weight(w); }, py::arg("weight"))
         .def("groups", [](const bound_algorithm& a) { return groups_list(a.algo().params()); })
+        .def("own_state", [](const bound_algorithm& a) { return a.algo().own_state(); })
+        .def_property_readonly("collectives", &bound_algorithm::collectives)
         .def_property_readonly("elastic", &bound_algorithm::is_elastic)
         .def_property_readonly("worker_id", [](bound_algorithm& a) { return a.is_elastic() ? a.elastic().id() : -1; })
         .def("membership",
@@ -155,10 +167,23 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("sparta_diloco", &make_sparta_diloco, py::arg("group"), py::arg("params"), py::arg("options"));
     m.def("agree", &agree_python, py::arg("group"), py::arg("kind"), py::arg("error"));
     m.attr("has_cuda") = false;
+    // What this extension was built with (trickle.build_info()).
+    py::dict info;
+    info["trickle"] = std::to_string(TRICKLE_VERSION_MAJOR) + "." + std::to_string(TRICKLE_VERSION_MINOR);
+    info["torch"] = TORCH_VERSION;
+    info["cuda"] = false;
+    info["cuda_version"] = py::none();
+    info["nccl"] = false;
+    info["gloo"] = true;
+    info["cxx"] = __VERSION__;
+    info["cplusplus"] = static_cast<long>(__cplusplus);
+    m.attr("build_info") = info;
+    m.attr("native_codec") = trickle::codec::native::name;
 
     // The library's registries of policy names (include/trickle/*/registry.hpp), which the
     // Python layer offers as trickle.SAMPLERS, SCHEDULES, TOPOLOGIES, CODECS and
-    // OUTER_OPTIMIZERS, and the keyword arguments each registered policy takes.
+    // OUTER_OPTIMIZERS, the sparsifiers of DiLoCo's outer gradient (trickle.SPARSIFIERS:
+    // common.hpp's list), and the keyword arguments each registered policy takes.
     py::dict registry, policy_options;
     add_family<trickle::sampler::registry>(registry, policy_options, "sampler",
                                            [](auto t) { return sampler_keys<typename decltype(t)::type>(); });
@@ -170,6 +195,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
                                          [](auto t) { return codec_keys<typename decltype(t)::type>(); });
     add_family<trickle::outer::registry>(registry, policy_options, "outer",
                                          [](auto t) { return outer_keys<typename decltype(t)::type>(); });
+    add_family<sparsifier_registry>(registry, policy_options, "sparsifier",
+                                    [](auto t) { return sparsifier_keys<typename decltype(t)::type>(); });
     m.attr("registry") = registry;
     m.attr("policy_options") = policy_options;
 }

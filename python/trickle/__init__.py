@@ -9,29 +9,42 @@
 
 Python bindings of the header-only C++ library trickle (include/trickle/torch/*.hpp):
 every worker builds the same object over its replica of the model, and every call of
-step(), state_dict() and load_state_dict() is collective. See python/README.md.
+step(), state_dict() and load_state_dict() is collective. See python/README.md and
+docs/python-api.md.
 """
 
 from ._algorithms import (
     DiLoCo,
     SPARTA,
     SPARTADiLoCo,
-    Stats,
     CODECS,
     OUTER_OPTIMIZERS,
     SAMPLERS,
     SCHEDULES,
+    SPARSIFIERS,
     TOPOLOGIES,
     STATE_FORMAT,
 )
 from ._errors import CommError, MismatchError
+from ._hooks import HookHandle
+from ._stats import Stats
 from ._elastic import Elastic, connect_store
+from . import _C
+
+
+def build_info() -> dict:
+    """What this trickle extension was built with: trickle's version, the torch it was
+    compiled against, the C++ compiler and standard, and whether it has CUDA (and NCCL)
+    support; a CUDA tensor given to a build without it raises a ValueError that says so."""
+    return dict(_C.build_info)
+
 
 __all__ = [
     "SPARTA",
     "DiLoCo",
     "SPARTADiLoCo",
     "Stats",
+    "HookHandle",
     "MismatchError",
     "CommError",
     "Elastic",
@@ -41,7 +54,9 @@ __all__ = [
     "TOPOLOGIES",
     "CODECS",
     "OUTER_OPTIMIZERS",
+    "SPARSIFIERS",
     "STATE_FORMAT",
+    "build_info",
 ]
 
 __version__ = "0.1.0"

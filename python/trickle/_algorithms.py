@@ -1,8 +1,10 @@
 """trickle.SPARTA, trickle.DiLoCo and trickle.SPARTADiLoCo over a torch.distributed process group.
 
-Each class wraps one C++ object of trickle/torch/algorithms.hpp built over a
-trickle::comm::process_group (trickle/torch/process_group.hpp). Construction, step(),
-and load_state_dict() are collective: every rank of the group calls them in the same order.
+Each class wraps one C++ model wrapper (python/csrc/common.hpp: trickle/torch/algorithms.hpp's,
+with the codecs chosen per parameter group) built over a trickle::comm::process_group
+(trickle/torch/process_group.hpp). Construction, step(), and load_state_dict() are
+collective: every rank of the group calls them in the same order. Hooks (add_hook) run
+after step(), on each rank (_hooks.py); Stats is _stats.py.
 
 Errors are raised on every rank together: this module checks the arguments, then all ranks
 agree on whether any of them found a problem (one small collective) before the C++
@@ -16,13 +18,15 @@ from __future__ import annotations
 import inspect
 import numbers
 from collections.abc import Mapping
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 import torch.distributed as dist
 
 from . import _C
 from ._errors import CommError, MismatchError  # noqa: F401  (documented alongside)
+from ._hooks import HookHandle, _HookTable
+from ._stats import Stats
 
 # The registered policy names, read from the library's registries
 # (include/trickle/*/registry.hpp) through the extension: the names the C++ policies
@@ -32,7 +36,14 @@ SCHEDULES = tuple(_C.registry["schedule"])
 TOPOLOGIES = tuple(_C.registry["topology"])
 CODECS = tuple(_C.registry["codec"])
 OUTER_OPTIMIZERS = tuple(_C.registry["outer"])
+# The sparsifiers of DiLoCo's outer gradient (codec::chunk_topk, codec::random_k), their
+# values through outer_codec.
+SPARSIFIERS = tuple(_C.registry["sparsifier"])
 LAYERWISE_MODES = ("per_tensor", "rotating")
+# codec= and outer_codec= take the registered codecs and "native" (codec::native: each
+# parameter group in its own dtype: fp32, bf16 or fp16).
+NATIVE_CODEC = _C.native_codec
+_CODEC_NAMES = CODECS + (NATIVE_CODEC,)
 
 # The keyword arguments each registered policy takes (family -> name -> keywords), found
 # by the C++ side from the policy's fields: python/csrc/common.hpp.
@@ -88,11 +99,30 @@ _DILOCO = {
     "momentum": None,
     "betas": (0.9, 0.999),
     "eps": 1e-8,
+    # The outer learning-rate schedule (outer::lr_scheduled): a schedule of trickle.SCHEDULES
+    # whose fractions multiply outer_lr, its steps counted in outer steps; the keywords are
+    # SPARTA's schedule keywords prefixed outer_lr_.
+    "outer_lr_schedule": "constant",
+    "outer_lr_end_fraction": 0.1,
+    "outer_lr_schedule_steps": 100,
+    "outer_lr_points": None,
+    "outer_lr_warmup_steps": 0,
+    "outer_lr_warmup_start_fraction": 0.05,
     "weight": 1.0,
     "drop_probability": 0.0,
     "prune_fraction": 0.0,
     "outer_codec": "fp32",
     "error_feedback": 0.0,
+    # A sparsifier of the outer gradient (codec/sparse.hpp), its values through outer_codec.
+    "outer_sparsifier": None,
+    "sparse_chunk": 64,
+    "sparse_k": 4,
+    "sparse_fraction": 0.01,
+    # Streaming DiLoCo (diloco_options; docs/streaming.md).
+    "fragments": 1,
+    "fragment_tensors": None,
+    "overlap_steps": 0,
+    "mix": 0.0,
 }
 
 # DiLoCo across processes whose membership changes (trickle.Elastic; _elastic.py).
@@ -105,6 +135,60 @@ _DEFAULTS = {
     "SPARTA": {**_SPARTA, **_COMMON},
     "DiLoCo": {**_DILOCO, **_ELASTIC, **_COMMON},
     "SPARTADiLoCo": {**_SPARTA, "sparta_interval": 1, **_DILOCO, **_COMMON},
+}
+
+# What each keyword argument does (the classes' docstrings list them from here; the type
+# stubs, __init__.pyi, repeat them, and tests/python/test_stubs.py checks that they agree).
+_OPTION_DOCS = {
+    "fraction": "base fraction of the parameters averaged per exchange, in (0, 1]",
+    "interval": "exchange after every interval-th step",
+    "interval (DiLoCo)": "H: an outer step after every H-th step",
+    "sparta_interval": "the SPARTA part exchanges after every sparta_interval-th step",
+    "sampler": "which positions: " + " | ".join(SAMPLERS),
+    "block_size": "block sampler: values per aligned block",
+    "layerwise_mode": "layerwise sampler: per_tensor (every tensor its share) | rotating (contiguous windows)",
+    "schedule": "fraction schedule: " + " | ".join(SCHEDULES),
+    "end_fraction": "linear / cosine: the fraction reached after schedule_steps steps",
+    "schedule_steps": "linear / cosine: steps from fraction to end_fraction",
+    "points": "piecewise: [(step, fraction), ...], steps strictly increasing",
+    "warmup_steps": "a linear ramp from warmup_start_fraction over this many steps (0: none)",
+    "warmup_start_fraction": "where the warm-up starts",
+    "codec": "SPARTA's values on the wire: " + " | ".join(_CODEC_NAMES),
+    "outer": "outer optimizer: " + " | ".join(OUTER_OPTIMIZERS),
+    "outer_lr": "the outer learning rate (None: the optimizer's default; sgd 1.0, momentum/nesterov 0.7, adam 1e-3)",
+    "momentum": "momentum / nesterov: the momentum (None: 0.9)",
+    "betas": "adam: (beta1, beta2)",
+    "eps": "adam: epsilon",
+    "outer_lr_schedule": "outer learning-rate schedule, a multiplier of outer_lr in (0, 1] at each outer step: "
+    + " | ".join(SCHEDULES) + " (constant: none)",
+    "outer_lr_end_fraction": "linear / cosine lr schedule: the multiplier reached after outer_lr_schedule_steps",
+    "outer_lr_schedule_steps": "linear / cosine lr schedule: outer steps from 1 to outer_lr_end_fraction",
+    "outer_lr_points": "piecewise lr schedule: [(k, multiplier), ...], k = outer step - 1 (from 0), increasing",
+    "outer_lr_warmup_steps": "a linear ramp of the multiplier over this many outer steps (0: none)",
+    "outer_lr_warmup_start_fraction": "the multiplier the lr warm-up starts from",
+    "weight": "this worker's weight in the average (e.g. its shard size); set_weight() changes it later",
+    "drop_probability": "each worker's contribution to an outer step is dropped with this probability, in [0, 1)",
+    "prune_fraction": "zero this fraction of each tensor's outer gradient, smallest magnitudes first, in [0, 1)",
+    "outer_codec": "the outer gradient on the wire: " + " | ".join(_CODEC_NAMES),
+    "error_feedback": "beta in [0, 1]: resend beta x the last outer gradient's compression error",
+    "outer_sparsifier": "None | " + " | ".join(SPARSIFIERS) + ": send only part of the outer gradient "
+    "(values through outer_codec; needs topology='all_reduce')",
+    "sparse_chunk": "chunk_topk: values per chunk",
+    "sparse_k": "chunk_topk: values kept per chunk (largest magnitudes), 1 <= sparse_k <= sparse_chunk",
+    "sparse_fraction": "random_k: fraction of the values kept, in (0, 1] (shared positions, no index sent)",
+    "fragments": "Streaming DiLoCo: F fragments cut at tensor boundaries, their outer steps staggered over the round",
+    "fragment_tensors": "Streaming DiLoCo: tensors per fragment, in order (None: F fragments balanced by size)",
+    "overlap_steps": "Streaming DiLoCo: tau in [0, interval), the inner steps before a fragment's average is applied",
+    "mix": "Streaming DiLoCo: alpha in [0, 1], a late average merged as alpha x local + (1 - alpha) x global",
+    "elastic": "a trickle.Elastic instead of group: workers are processes that may die and join",
+    "min_workers": "with elastic: the quorum below which outer steps are skipped",
+    "seed": "shared seed of the random choices (the same on every worker)",
+    "topology": "how values are combined: " + " | ".join(TOPOLOGIES),
+    "island_size": "islands topology: workers per island",
+    "broadcast_initial": "at construction, give every worker rank 0's parameters",
+    "codec_block": "values per scale of the block codecs (fp8_block, int8, int4, sign2)",
+    "stochastic_rounding": "round with the shared Philox stream instead of to nearest (int8, int4, sign2)",
+    "group": "the torch.distributed process group (None: the default group)",
 }
 
 
@@ -142,11 +226,42 @@ def _bool(kind, key, value):
     return value
 
 
+def _schedule(kind: str, o: Dict[str, Any], prefix: str, what: str) -> Dict[str, Any]:
+    """A schedule's options under `prefix` ("" for SPARTA's fraction schedule, "outer_lr_" for
+    DiLoCo's learning-rate schedule), as the C++ side reads them. `what` names a point's
+    value in messages ("fraction", "multiplier")."""
+    out: Dict[str, Any] = {}
+    name_key, points_key, warmup_key = prefix + "schedule", prefix + "points", prefix + "warmup_steps"
+    name = out[name_key] = _choice(kind, name_key, o[name_key], SCHEDULES)
+    for key in ("end_fraction", "warmup_start_fraction"):
+        out[prefix + key] = _real(kind, prefix + key, o[prefix + key])
+    for key in ("schedule_steps", "warmup_steps"):
+        out[prefix + key] = _int(kind, prefix + key, o[prefix + key])
+    points = o[points_key]
+    if _takes("schedule", name, "points"):
+        if points is None:
+            raise ValueError(f"trickle.{kind}: {name_key}={name!r} needs {points_key}=[(step, {what}), ...]")
+        try:
+            pts = [(int(st), float(f)) for st, f in points]
+        except (TypeError, ValueError):
+            raise TypeError(f"trickle.{kind}: {points_key} must be a list of (step, {what}) pairs") from None
+        if any(st < 0 for st, _ in pts):
+            raise ValueError(f"trickle.{kind}: the steps of {points_key} must be >= 0")
+        out[points_key] = pts
+    else:
+        if points is not None:
+            raise ValueError(f"trickle.{kind}: {points_key} applies to {name_key}={_taking('schedule', 'points')} only")
+        out[points_key] = []
+    if out[warmup_key] and not _takes("schedule", name, "warmup_steps"):
+        raise ValueError(f"trickle.{kind}: {warmup_key} cannot be combined with {name_key}={name!r}")
+    return out
+
+
 def _parse_options(kind: str, given: Dict[str, Any]) -> Dict[str, Any]:
     """The option dict the C++ factories read, from the keyword arguments. Raises TypeError
-    for an unknown keyword or a value of the wrong type, ValueError for an unknown name.
-    Ranges (fraction in (0, 1], intervals >= 1, ...) are checked by the C++ side, on every
-    rank together, with trickle's messages."""
+    for an unknown keyword or a value of the wrong type, ValueError for an unknown name or
+    a combination that cannot apply. Ranges (fraction in (0, 1], intervals >= 1, ...) are
+    checked by the C++ side, on every rank together, with trickle's messages."""
     defaults = _DEFAULTS[kind]
     unknown = sorted(set(given) - set(defaults))
     if unknown:
@@ -167,40 +282,18 @@ def _parse_options(kind: str, given: Dict[str, Any]) -> Dict[str, Any]:
     out["codec"] = "fp32"
     out["outer_codec"] = "fp32"
     if kind in ("SPARTA", "SPARTADiLoCo"):
-        out["codec"] = _choice(kind, "codec", o["codec"], CODECS)
+        out["codec"] = _choice(kind, "codec", o["codec"], _CODEC_NAMES)
         out["fraction"] = _real(kind, "fraction", o["fraction"])
         out["sampler"] = _choice(kind, "sampler", o["sampler"], SAMPLERS)
         out["block_size"] = _int(kind, "block_size", o["block_size"])
         out["layerwise_mode"] = _choice(kind, "layerwise_mode", o["layerwise_mode"], LAYERWISE_MODES)
-        out["schedule"] = _choice(kind, "schedule", o["schedule"], SCHEDULES)
-        out["end_fraction"] = _real(kind, "end_fraction", o["end_fraction"])
-        out["schedule_steps"] = _int(kind, "schedule_steps", o["schedule_steps"])
-        out["warmup_steps"] = _int(kind, "warmup_steps", o["warmup_steps"])
-        out["warmup_start_fraction"] = _real(kind, "warmup_start_fraction", o["warmup_start_fraction"])
-        points = o["points"]
-        schedule = out["schedule"]
-        if _takes("schedule", schedule, "points"):
-            if points is None:
-                raise ValueError(f"trickle.{kind}: schedule={schedule!r} needs points=[(step, fraction), ...]")
-            try:
-                pts = [(int(s), float(f)) for s, f in points]
-            except (TypeError, ValueError):
-                raise TypeError(f"trickle.{kind}: points must be a list of (step, fraction) pairs") from None
-            if any(s < 0 for s, _ in pts):
-                raise ValueError(f"trickle.{kind}: the steps of points must be >= 0")
-            out["points"] = pts
-        else:
-            if points is not None:
-                raise ValueError(f"trickle.{kind}: points applies to schedule={_taking('schedule', 'points')} only")
-            out["points"] = []
-        if out["warmup_steps"] and not _takes("schedule", schedule, "warmup_steps"):
-            raise ValueError(f"trickle.{kind}: warmup_steps cannot be combined with schedule={schedule!r}")
+        out.update(_schedule(kind, o, "", "fraction"))
         if kind == "SPARTA":
             out["interval"] = _int(kind, "interval", o["interval"])
         else:
             out["sparta_interval"] = _int(kind, "sparta_interval", o["sparta_interval"])
     if kind in ("DiLoCo", "SPARTADiLoCo"):
-        out["outer_codec"] = _choice(kind, "outer_codec", o["outer_codec"], CODECS)
+        out["outer_codec"] = _choice(kind, "outer_codec", o["outer_codec"], _CODEC_NAMES)
         out["error_feedback"] = _real(kind, "error_feedback", o["error_feedback"])
         out["interval"] = _int(kind, "interval", o["interval"])
         outer = _choice(kind, "outer", o["outer"], OUTER_OPTIMIZERS)
@@ -223,9 +316,35 @@ def _parse_options(kind: str, given: Dict[str, Any]) -> Dict[str, Any]:
             raise TypeError(f"trickle.{kind}: betas must be a pair of numbers (beta1, beta2), got {betas!r}")
         out["beta1"], out["beta2"] = float(betas[0]), float(betas[1])
         out["eps"] = _real(kind, "eps", o["eps"])
+        lrs = _schedule(kind, o, "outer_lr_", "multiplier")
+        scheduled = lrs["outer_lr_schedule"] != "constant" or lrs["outer_lr_warmup_steps"] > 0
+        if scheduled and not _takes("outer", outer, "outer_lr_schedule"):
+            raise ValueError(
+                f"trickle.{kind}: outer={outer!r} has no learning rate to schedule; outer_lr_schedule applies to "
+                f"outer={_taking('outer', 'outer_lr_schedule')}"
+            )
+        out.update(lrs)
         out["weight"] = _real(kind, "weight", o["weight"])
         out["drop_probability"] = _real(kind, "drop_probability", o["drop_probability"])
         out["prune_fraction"] = _real(kind, "prune_fraction", o["prune_fraction"])
+        sp = o["outer_sparsifier"]
+        if sp is not None:
+            sp = _choice(kind, "outer_sparsifier", sp, SPARSIFIERS)
+        out["outer_sparsifier"] = sp
+        out["sparse_chunk"] = _int(kind, "sparse_chunk", o["sparse_chunk"])
+        out["sparse_k"] = _int(kind, "sparse_k", o["sparse_k"])
+        out["sparse_fraction"] = _real(kind, "sparse_fraction", o["sparse_fraction"])
+        out["fragments"] = _int(kind, "fragments", o["fragments"])
+        ft = o["fragment_tensors"]
+        if ft is None:
+            out["fragment_tensors"] = []
+        else:
+            if isinstance(ft, (str, bytes)) or not isinstance(ft, (list, tuple)):
+                raise TypeError(f"trickle.{kind}: fragment_tensors must be a list of ints (tensors per fragment) "
+                                f"or None, got {type(ft).__name__}")
+            out["fragment_tensors"] = [_int(kind, "fragment_tensors[]", k, hi=(1 << 32) - 1) for k in ft]
+        out["overlap_steps"] = _int(kind, "overlap_steps", o["overlap_steps"])
+        out["mix"] = _real(kind, "mix", o["mix"])
     if kind == "DiLoCo":
         out["min_workers"] = _int(kind, "min_workers", o["min_workers"], lo=-(1 << 31), hi=(1 << 31) - 1)
         if given.get("elastic") is None and out["min_workers"] != 1:
@@ -277,9 +396,10 @@ def _named_tensors(kind: str, model) -> List[Tuple[str, torch.Tensor]]:
             raise TypeError(f"trickle.{kind}: parameter '{name}' is a {type(t).__name__}, not a tensor")
         if t.device.type != "cpu":
             raise ValueError(
-                f"trickle.{kind}: parameter '{name}' is on {t.device}; this build of trickle supports CPU tensors "
-                "only (its communicator, comm::process_group, moves host memory over torch.distributed, e.g. "
-                "gloo); keep the model on the CPU"
+                f"trickle.{kind}: parameter '{name}' is on {t.device}, but this build of trickle takes CPU tensors "
+                f"only (trickle.build_info()['cuda'] is {_C.build_info['cuda']}): the Python package has no CUDA "
+                "build yet. From C++, trickle::torch's wrappers take CUDA tensors over "
+                "comm::process_group_cuda (docs/communicators.md); from Python, keep the model on the CPU"
             )
         out.append((name, t))
     return out
@@ -314,105 +434,6 @@ def _as_bytes(blob) -> Optional[bytes]:
 
 
 # ---------------------------------------------------------------------------------------
-# Stats.
-
-
-class Stats:
-    """One worker's account of an algorithm's communication (trickle::exchange_stats).
-
-    Fields, read as attributes (stats.bytes_sent) or keys (stats["bytes_sent"];
-    dict(stats) and stats.as_dict() give a plain dict):
-      steps, exchanges          step() calls, and those that communicated
-      values                    values this worker put on the wire, over all exchanges
-      bytes_sent, bytes_received, calls    over all exchanges
-      last_bytes_sent, last_bytes_received, last_calls, last_values   the latest exchange
-      dense_bytes               what a dense fp32 all-reduce of all parameters at every
-                                step would have sent, under the same cost model
-      reduction                 dense_bytes / bytes_sent (0 before anything was sent)
-      initial_bytes_sent, initial_bytes_received, initial_calls   the initial broadcast at
-                                construction (not part of the totals above)
-      code_bytes_sent, scale_bytes_sent, index_bytes_sent, padding_bytes_sent
-                                bytes_sent by part: codes (plain fp32 values too), per-block
-                                scales (and DiLoCo's weight sum), a sparsifier's indices, and
-                                padding; they sum to bytes_sent
-    Not a Mapping subclass on purpose: `values` is a field, not Mapping.values().
-    """
-
-    FIELDS = (
-        "steps",
-        "exchanges",
-        "values",
-        "bytes_sent",
-        "bytes_received",
-        "calls",
-        "last_bytes_sent",
-        "last_bytes_received",
-        "last_calls",
-        "last_values",
-        "dense_bytes",
-        "reduction",
-        "initial_bytes_sent",
-        "initial_bytes_received",
-        "initial_calls",
-        "code_bytes_sent",
-        "scale_bytes_sent",
-        "index_bytes_sent",
-        "padding_bytes_sent",
-    )
-    __slots__ = ("_d",)
-
-    def __init__(self, d: Mapping):
-        object.__setattr__(self, "_d", {k: d[k] for k in self.FIELDS})
-
-    def __getattr__(self, name):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        try:
-            return self._d[name]
-        except KeyError:
-            raise AttributeError(f"trickle.Stats has no field {name!r}; fields: {', '.join(self.FIELDS)}") from None
-
-    def __setattr__(self, name, value):
-        raise AttributeError("trickle.Stats is read-only")
-
-    def __getitem__(self, key):
-        return self._d[key]
-
-    def __contains__(self, key):
-        return key in self._d
-
-    def keys(self):
-        return self._d.keys()
-
-    def __iter__(self):
-        return iter(self.FIELDS)
-
-    def __len__(self):
-        return len(self.FIELDS)
-
-    def __eq__(self, other):
-        if isinstance(other, Stats):
-            return self._d == other._d
-        return NotImplemented
-
-    __hash__ = None
-
-    def as_dict(self) -> Dict[str, Any]:
-        return dict(self._d)
-
-    def __reduce__(self):
-        return (Stats, (dict(self._d),))
-
-    def __repr__(self):
-        d = self._d
-        return (
-            f"trickle.Stats(steps={d['steps']}, exchanges={d['exchanges']}, values={d['values']}, "
-            f"bytes_sent={d['bytes_sent']}, bytes_received={d['bytes_received']}, dense_bytes={d['dense_bytes']}, "
-            f"reduction={d['reduction']:.1f}, initial_bytes_sent={d['initial_bytes_sent']})"
-        )
-
-
-# ---------------------------------------------------------------------------------------
 # The algorithms.
 
 
@@ -422,6 +443,7 @@ class _Algorithm:
 
     def _build(self, model, options: Dict[str, Any]):
         kind = self._kind
+        self._hooks = _HookTable()
         if options.get("elastic") is not None:
             return self._build_elastic(model, options)
         group = _resolve_group(kind, options.get("group"))
@@ -474,8 +496,24 @@ class _Algorithm:
     def step(self) -> None:
         """Collective: call on every worker after every optimizer.step(), and never between a
         forward pass and its backward (trickle writes the parameters in place and bumps their
-        version counters, so such a backward raises autograd's in-place modification error)."""
+        version counters, so such a backward raises autograd's in-place modification error).
+        Then calls the hooks due at this step (add_hook)."""
         self._impl.step()
+        if self._hooks:
+            self._hooks.run(self._impl.stats()["steps"], lambda: self.stats)
+
+    def add_hook(self, fn: Callable[[int, Stats], Any], *, every: int = 1) -> HookHandle:
+        """Registers fn(step, stats), called on this worker after every `every`-th step():
+        `step` is stats.steps (the steps done, counted from 1; a resumed run continues the
+        count), `stats` this object's Stats (SPARTA + DiLoCo: the sum of both parts). Local:
+        each worker runs its own hooks (a hook that runs a collective must be added on every
+        worker). Hooks run in the order they were added; one added or removed by a hook
+        takes effect from the next step. If a hook raises, the exception propagates out of
+        step() after the step itself completed (the algorithm's state is that of the step
+        done), and the hooks after it are skipped for that step. Returns a HookHandle:
+        handle.remove() unregisters the hook (also `with algo.add_hook(fn): ...`). Hooks are
+        not part of state_dict()."""
+        return self._hooks.add(self._kind, fn, every)
 
     def state_dict(self) -> Dict[str, Any]:
         """This worker's algorithm state (step counters, sampler position, DiLoCo's snapshot
@@ -514,6 +552,8 @@ class _Algorithm:
             blob = _as_bytes(state.get("trickle"))
             if blob is None:
                 problem = TypeError(f"trickle.{kind}.load_state_dict: state['trickle'] must be bytes")
+            else:
+                problem = self._foreign_state_problem(state)
         if problem is not None:
             blob = b""  # fails in C++ on every worker together
         try:
@@ -525,12 +565,46 @@ class _Algorithm:
         if problem is not None:  # pragma: no cover (an empty checkpoint always fails)
             raise problem
 
+    def _own_state(self) -> List[str]:
+        """What this worker's state holds of its own rather than equal on every worker."""
+        own = list(self._impl.own_state())
+        if self._options.get("topology", "all_reduce") != "all_reduce":
+            own.append(f"replica (topology={self._options['topology']!r} keeps the replicas apart)")
+        return own
+
+    def _foreign_state_problem(self, state: Mapping) -> Optional[BaseException]:
+        """A state saved by another rank, or by a world of another size, loads only where
+        every worker's state is the same (then the traffic counts continue from the saving
+        worker's); otherwise a ValueError naming what is the saving worker's own."""
+        if self._group is None:  # trickle.Elastic: ranks and sizes change by design
+            return None
+        saved_rank, saved_world = state.get("rank"), state.get("world_size")
+        if saved_rank is None or saved_world is None:
+            return None
+        if saved_rank == self.rank and saved_world == self.world_size:
+            return None
+        own = self._own_state()
+        if not own:
+            return None
+        return ValueError(
+            f"trickle.{self._kind}.load_state_dict: this state was saved by rank {saved_rank} of {saved_world}, "
+            f"and this is rank {self.rank} of {self.world_size}; the state holds that worker's own "
+            f"{', '.join(own)}, so loading it here would change the result. Load each rank's own state_dict "
+            "(a state with nothing of its own (no error_feedback, no streaming fragments, topology='all_reduce') "
+            "loads on any rank)"
+        )
+
     # -- information --
 
     @property
     def stats(self) -> Stats:
-        """This worker's traffic account (see trickle.Stats)."""
+        """This worker's traffic account, summed over the parameter groups (see trickle.Stats)."""
         return Stats(self._impl.stats())
+
+    @property
+    def group_stats(self) -> List[Stats]:
+        """Each parameter group's account (the order of `groups`); `stats` is their sum."""
+        return [Stats(self._impl.group_stats(g, 0)) for g in range(len(self._impl.groups()))]
 
     @property
     def groups(self) -> List[Dict[str, Any]]:
@@ -541,6 +615,13 @@ class _Algorithm:
     def options(self) -> Dict[str, Any]:
         """The options this object was built with (as passed to the C++ side)."""
         return dict(self._options)
+
+    @property
+    def collectives(self) -> int:
+        """The collectives this worker's communicator started so far (construction included;
+        0 over trickle.Elastic): what the steps cost in round trips. A SPARTA exchange over a
+        small model is one (docs/pytorch.md, "Collectives per step")."""
+        return self._impl.collectives
 
     @property
     def group(self):
@@ -556,88 +637,132 @@ class _Algorithm:
 
     @property
     def rank(self) -> int:
+        """This worker's rank in the group (over trickle.Elastic: in the current view)."""
         return self._impl.rank
 
     @property
     def world_size(self) -> int:
+        """The number of workers (over trickle.Elastic: in the current view)."""
         return self._impl.world_size
 
     def __repr__(self):
         n = sum(g["elements"] for g in self.groups)
-        return f"trickle.{self._kind}(rank {self.rank} of {self.world_size}, {n} parameters, {self.stats!r})"
+        return f"trickle.{self._kind}(rank {self.rank} of {self.world_size}, {n} parameters: {self.stats})"
+
+
+class _OuterMixin:
+    """What DiLoCo and SPARTA + DiLoCo add."""
+
+    def set_weight(self, weight: float) -> None:
+        """This worker's weight in the coming outer steps (e.g. the tokens or samples it
+        processed since the last one), finite and >= 0. Local: weights may differ between
+        workers and travel with the outer gradients; if every worker's is 0 the outer
+        gradient is 0."""
+        if not _is_real(weight):
+            raise TypeError(f"trickle.{self._kind}.set_weight: the weight must be a number, got {type(weight).__name__}")
+        self._impl.set_weight(float(weight))
+
+
+def _options_doc(kind: str) -> str:
+    """The option list of a class's docstring, from _DEFAULTS and _OPTION_DOCS."""
+    lines = []
+    for key, default in _DEFAULTS[kind].items():
+        text = _OPTION_DOCS[key + (" (DiLoCo)" if key == "interval" and kind != "SPARTA" else "")]
+        lines.append(f"      {key}={default!r}: {text}")
+    return "\n".join(lines)
 
 
 class SPARTA(_Algorithm):
     """SPARTA: after every `interval`-th step, all workers average the same random `fraction`
     of the parameters (chosen from the shared seed; only values travel).
 
-    trickle.SPARTA(model, *, fraction=0.005, interval=1, seed=0, sampler="uniform",
-                   block_size=256, layerwise_mode="per_tensor", schedule="constant",
-                   end_fraction=0.001, schedule_steps=1000, points=None, warmup_steps=0,
-                   warmup_start_fraction=0.05, topology="all_reduce", island_size=2,
-                   broadcast_initial=True, group=None)
+    trickle.SPARTA(model, **options); model: an nn.Module (its named_parameters()), a mapping
+    name -> tensor, a tensor, or an iterable of tensors or (name, tensor) pairs; CPU tensors
+    of dtype float32, float16 or bfloat16, contiguous. The names in the option lists are
+    trickle.SAMPLERS, SCHEDULES, TOPOLOGIES and CODECS (read from the C++ registries), and
+    "native" for codec. A keyword of a policy other than the chosen one (block_size with
+    sampler="uniform", say) is ignored; points and warmup_steps where they cannot apply are
+    refused. Options (keyword only):
+{options}
 
-    model: an nn.Module (its named_parameters()), a mapping name -> tensor, or an iterable
-    of tensors or (name, tensor) pairs; CPU tensors of dtype float32, float16 or bfloat16,
-    contiguous. sampler: uniform | permutation | block (block_size) | layerwise
-    (layerwise_mode per_tensor | rotating). schedule: constant | linear | cosine (from
-    `fraction` to end_fraction over schedule_steps) | piecewise (points=[(step, fraction)]),
-    optionally preceded by a linear warmup from warmup_start_fraction over warmup_steps.
-    topology: all_reduce | ring | gossip | exponential | islands (island_size). codec:
-    one of trickle.CODECS (codec_block for those with blocks). Every registered name is in
-    trickle.SAMPLERS, SCHEDULES, TOPOLOGIES and CODECS, read from the C++ registries.
+    Methods: step(), add_hook(fn, every=1), state_dict(), load_state_dict(state).
+    Properties: stats, group_stats, groups, options, group, rank, world_size.
     """
 
     _kind = "SPARTA"
     _factory = staticmethod(_C.sparta)
 
     def __init__(self, model, **options):
+        """Builds the algorithm over `model` (collective: every worker, the same options); see the class docstring."""
         self._build(model, options)
 
 
-class DiLoCo(_Algorithm):
+class DiLoCo(_OuterMixin, _Algorithm):
     """DiLoCo: workers train alone for `interval` steps (H), then one outer-optimizer step on
-    the averaged parameter change.
+    the averaged parameter change (the outer gradient).
 
-    trickle.DiLoCo(model, *, interval=500, outer="nesterov", outer_lr=None, momentum=None,
-                   betas=(0.9, 0.999), eps=1e-8, seed=0, weight=1.0, drop_probability=0.0,
-                   prune_fraction=0.0, topology="all_reduce", island_size=2,
-                   broadcast_initial=True, group=None, elastic=None, min_workers=1)
+    trickle.DiLoCo(model, **options); model as for trickle.SPARTA. The outer gradient travels
+    through outer_codec, or through outer_sparsifier (its values through outer_codec). An
+    outer learning-rate schedule multiplies outer_lr at outer step t by the schedule's
+    fraction at t - 1 (outer::lr_scheduled). fragments / fragment_tensors / overlap_steps /
+    mix make it Streaming DiLoCo (docs/streaming.md). Options (keyword only):
+{options}
 
-    outer: sgd (lr 1.0) | momentum | nesterov (lr 0.7, momentum 0.9) | adam (lr 1e-3, betas,
-    eps) | average (every registered name: trickle.OUTER_OPTIMIZERS); outer_lr / momentum
-    None keep those defaults. weight: this worker's
-    weight in the average; drop_probability: each contribution dropped with that
-    probability; prune_fraction: zero that fraction of each tensor's delta (smallest first).
-    elastic: a trickle.Elastic instead of a group: workers are processes that may die and
-    join (docs/elastic.md); min_workers: the quorum below which outer steps are skipped.
+    Methods: step(), add_hook(fn, every=1), set_weight(w), state_dict(), load_state_dict(state).
+    Properties: stats, group_stats, groups, options, group, rank, world_size, membership.
     """
 
     _kind = "DiLoCo"
     _factory = staticmethod(_C.diloco)
 
     def __init__(self, model, **options):
+        """Builds the algorithm over `model` (collective: every worker, the same options); see the class docstring."""
         self._build(model, options)
 
 
-class SPARTADiLoCo(_Algorithm):
+class SPARTADiLoCo(_OuterMixin, _Algorithm):
     """SPARTA inside DiLoCo's rounds: SPARTA every `sparta_interval` steps, an outer step
-    every `interval` steps. Takes SPARTA's and DiLoCo's options (interval is DiLoCo's H).
-    stats is the sum of both parts; sparse_stats and outer_stats are each part's."""
+    every `interval` steps (at a step that ends a round, only the outer step runs). Takes
+    SPARTA's and DiLoCo's options (interval is DiLoCo's H). stats is the sum of both parts;
+    sparse_stats and outer_stats are each part's (the initial broadcast is on the DiLoCo
+    part). Options (keyword only):
+{options}
+
+    Methods: step(), add_hook(fn, every=1), set_weight(w), state_dict(), load_state_dict(state).
+    Properties: stats, sparse_stats, outer_stats, group_stats, sparse_group_stats,
+    outer_group_stats, groups, options, group, rank, world_size.
+    """
 
     _kind = "SPARTADiLoCo"
     _factory = staticmethod(_C.sparta_diloco)
 
     def __init__(self, model, **options):
+        """Builds the algorithm over `model` (collective: every worker, the same options); see the class docstring."""
         self._build(model, options)
 
     @property
     def sparse_stats(self) -> Stats:
+        """The SPARTA part's account, summed over the parameter groups."""
         return Stats(self._impl.sparse_stats())
 
     @property
     def outer_stats(self) -> Stats:
+        """The DiLoCo part's account (with the initial broadcast), summed over the parameter groups."""
         return Stats(self._impl.outer_stats())
+
+    @property
+    def sparse_group_stats(self) -> List[Stats]:
+        """The SPARTA part's account of each parameter group."""
+        return [Stats(self._impl.group_stats(g, 1)) for g in range(len(self._impl.groups()))]
+
+    @property
+    def outer_group_stats(self) -> List[Stats]:
+        """The DiLoCo part's account of each parameter group."""
+        return [Stats(self._impl.group_stats(g, 2)) for g in range(len(self._impl.groups()))]
+
+
+for _cls in (SPARTA, DiLoCo, SPARTADiLoCo):
+    _cls.__doc__ = _cls.__doc__.replace("{options}", _options_doc(_cls._kind))
 
 
 def _signature(kind: str) -> inspect.Signature:

@@ -55,6 +55,7 @@ class Elastic:
 
     def __init__(self, store, id: int, initial: int, timeout: float = 10.0, job: str = "trickle",
                  liveness: float = 0.0):
+        """Checks the arguments (TypeError / ValueError) and keeps them."""
         if not isinstance(store, dist.Store):
             raise TypeError(f"trickle.Elastic: store must be a torch.distributed.Store (e.g. trickle.connect_store("
                             f"host, port)), got {type(store).__name__}")

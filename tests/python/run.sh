@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tests/python/run.sh: builds trickle's Python package (python/) into a virtual environment
-# and runs its tests: tests/python/test_local.py and test_registry.py (one process),
+# and runs its tests: tests/python/test_local.py, test_registry.py and test_stubs.py (one process),
 # test_distributed.py (4 processes, gloo), test_elastic.py (3 processes over trickle.Elastic,
 # one killed with SIGKILL and restarted), test_peer_failure.py (2 processes, one leaves)
 # and the examples examples/python/train.py and train_gpt.py (4 workers, each algorithm).
@@ -146,6 +146,7 @@ if "$VPY" -c 'import sys, torch; sys.exit(0 if torch.__version__.startswith("1."
 fi
 run "test_local (1 process)" timeout 300 "$VPY" tests/python/test_local.py
 run "test_registry (1 process)" timeout 300 "$VPY" tests/python/test_registry.py
+run "test_stubs (1 process: the type stubs against the runtime)" timeout 300 "$VPY" tests/python/test_stubs.py
 run "test_distributed (torchrun, $NPROC processes, gloo)" timeout 600 "${torchrun[@]}" tests/python/test_distributed.py
 run "test_elastic (3 worker processes over trickle.Elastic, one killed and restarted)" \
     timeout 300 "$VPY" tests/python/test_elastic.py

@@ -72,6 +72,18 @@ def all_reduce_bytes(n: int, ranks: int, r: int, elem: int = 4) -> int:
     return ((n - c) + (ranks - 1) * c) * elem
 
 
+def exchange_bytes(n: int, ranks: int, r: int) -> int:
+    """What comm::process_group's all_reduce_sum of n floats sends from rank r
+    (include/trickle/torch/process_group.hpp): one all-gather, (N-1) n values, while that
+    sends at most 64 KiB more than the ring all-reduce (always for two ranks); else the
+    ring's reduce-scatter and all-gather (all_reduce_bytes)."""
+    if ranks <= 1 or n == 0:
+        return 0
+    if ranks <= 2 or (ranks - 1) * (ranks - 2) * 4 * n <= ranks * 64 * 1024:
+        return (ranks - 1) * n * 4
+    return all_reduce_bytes(n, ranks, r)
+
+
 def same_on_all_ranks(value) -> bool:
     t = torch.tensor([float(value)], dtype=torch.float64)
     lo, hi = t.clone(), t.clone()
@@ -178,8 +190,8 @@ def test_bytes_match_the_cost_model():
     st = s.stats
     k = 40
     assert st.last_values == k, st
-    per = all_reduce_bytes(k, N, r)
-    assert per == 2 * (N - 1) * k * 4 // N
+    per = exchange_bytes(k, N, r)
+    assert per == (N - 1) * k * 4  # 40 values: one all-gather
     assert st.last_bytes_sent == per and st.last_bytes_received == per, st
     assert st.bytes_sent == steps * per and st.bytes_received == steps * per, st
     dense = all_reduce_bytes(n, N, r)
@@ -195,7 +207,22 @@ def test_bytes_match_the_cost_model():
     u = torch.randn(1003, generator=torch.Generator().manual_seed(r))
     s2 = trickle.SPARTA([u], fraction=1.0, seed=1)
     s2.step()
-    assert s2.stats.bytes_sent == all_reduce_bytes(1003, N, r), s2.stats
+    assert s2.stats.bytes_sent == exchange_bytes(1003, N, r), s2.stats
+    # A large exchange: the reduce-scatter and all-gather, the ring's bytes (rank r's chunk
+    # n/N, +1 for r < n % N).
+    big = torch.randn(40003, generator=torch.Generator().manual_seed(r))
+    s3 = trickle.SPARTA([big], fraction=1.0, seed=1)
+    s3.step()
+    assert s3.stats.bytes_sent == exchange_bytes(40003, N, r), s3.stats
+    if N > 2:
+        assert s3.stats.bytes_sent == all_reduce_bytes(40003, N, r), s3.stats
+    # One collective per small exchange (the argument check rides in its payload), two for a large one.
+    before = s.collectives
+    s.step()
+    assert s.collectives - before == 1, s.collectives - before
+    before = s3.collectives
+    s3.step()
+    assert s3.collectives - before == (1 if N <= 2 else 2), s3.collectives - before
 
     # DiLoCo: the outer step all-reduces the deltas (and the weights).
     d = trickle.DiLoCo([t.clone()], interval=2)
@@ -204,7 +231,7 @@ def test_bytes_match_the_cost_model():
     d.step()
     dst = d.stats
     assert dst.exchanges == 1 and dst.last_values >= n, dst
-    assert dst.bytes_sent == all_reduce_bytes(dst.last_values, N, r), dst
+    assert dst.bytes_sent == exchange_bytes(dst.last_values, N, r), dst
     assert dst.dense_bytes == 2 * dense, dst
 
 
@@ -265,9 +292,13 @@ def test_codecs_compress_and_keep_replicas_identical():
     parts = st8.code_bytes_sent + st8.scale_bytes_sent + st8.index_bytes_sent + st8.padding_bytes_sent
     assert parts == st8.bytes_sent, st8
     assert 0 < st8.scale_bytes_sent < st8.code_bytes_sent and st8.index_bytes_sent == 0, st8
-    # SPARTA's values in bf16: half the bytes of fp32 for the same selections.
-    _, ratio = _sparta_bf16_against_fp32(steps=3)
-    assert 0.45 < ratio < 0.55, ratio
+    # SPARTA's values in bf16: half the bytes of an fp32 ring all-reduce of the same
+    # selections. (fp32 itself goes as one all-gather at this size, (N-1) n values, N/2 times
+    # the ring's: bf16's encoded all-reduce is a reduce-scatter and an all-gather.)
+    st16, ratio = _sparta_bf16_against_fp32(steps=3)
+    ring32 = 3 * all_reduce_bytes(st16.last_values, world(), rank())
+    assert 0.45 < st16.bytes_sent / ring32 < 0.55, (st16.bytes_sent, ring32)
+    assert abs(ratio - (st16.bytes_sent / (3 * exchange_bytes(st16.last_values, world(), rank())))) < 1e-12, ratio
     # Bad codec settings raise on every rank, with trickle's messages.
     expect_raises(ValueError, lambda: trickle.SPARTA(make_model(), codec="int3"), "unknown codec", "int8")
     expect_raises(ValueError, lambda: trickle.DiLoCo(make_model(), outer_codec="int8", codec_block=0),
@@ -389,6 +420,44 @@ def test_load_state_dict_errors_on_every_rank():
     assert s.stats.steps == 2, s.stats
     s.step()
     assert s.stats.steps == 3
+
+
+def test_state_dict_of_another_rank():
+    """A state with nothing of a worker's own loads on any rank (the counts continue from
+    the saving worker's); one with a worker's own parts (an error-feedback residual) is
+    refused on every rank, naming it, and changes nothing."""
+    N, r = world(), rank()
+    src = (r + 1) % N
+    m = make_model(seed=0)
+    params = list(m.parameters())
+    s = trickle.SPARTA(m, fraction=0.1, seed=3)
+    for t in range(3):
+        perturb(params, t)
+        s.step()
+    states, sent = [None] * N, [None] * N
+    dist.all_gather_object(states, s.state_dict())
+    dist.all_gather_object(sent, s.stats.bytes_sent)
+    s.step()  # this rank moves on; the load below takes it back to src's state
+    s.load_state_dict(states[src])  # SPARTA's state is the same on every rank
+    assert s.stats.steps == 3 and s.stats.bytes_sent == sent[src], (s.stats, sent)
+    s.step()
+    assert s.stats.steps == 4
+    # DiLoCo through int8 with error feedback keeps a residual of its own.
+    dm = make_model(seed=0)
+    d = trickle.DiLoCo(dm, interval=2, outer_codec="int8", error_feedback=1.0)
+    for t in range(2):
+        perturb(list(dm.parameters()), t)
+        d.step()
+    own = [None] * N
+    dist.all_gather_object(own, d.state_dict())
+    before = d.state_dict()["trickle"]
+    expect_raises(ValueError, lambda: d.load_state_dict(own[src]), f"saved by rank {src} of {N}", "residual")
+    assert d.state_dict()["trickle"] == before, "a refused load changed the state"
+    # Another world size is refused the same way where it would change the result.
+    forged = dict(own[r], world_size=N + 1)
+    expect_raises(ValueError, lambda: d.load_state_dict(forged), f"of {N + 1}", "residual")
+    d.load_state_dict(own[r])  # its own state loads
+    assert d.state_dict()["trickle"] == before
 
 
 def test_mismatched_models_raise_on_every_rank():
@@ -592,6 +661,241 @@ def test_dropping_the_object_after_destroying_its_group():
     dist.barrier()
 
 
+# ---------------------------------------------------------------------------------------
+# Parity with the C++ library on several workers: native, sparsifiers, outer lr schedules,
+# streaming, per-group stats, set_weight, hooks.
+
+
+def plain_all_reduce_bytes(count: int) -> int:
+    """What this rank sends in the communicator's fp32 all-reduce of `count` values, measured
+    on a SPARTA exchange of a whole `count`-value tensor (collective)."""
+    s = trickle.SPARTA([torch.zeros(count)], fraction=1.0, broadcast_initial=False)
+    s.step()
+    assert s.stats.last_values == count
+    return s.stats.bytes_sent
+
+
+def test_native_codec_resolves_per_group():
+    r = rank()
+    g = torch.Generator().manual_seed(r)
+    f32 = torch.randn(400, generator=g)
+    b16 = torch.randn(400, generator=g).to(torch.bfloat16)
+    fp32_bytes = plain_all_reduce_bytes(400)
+    # A mixed model: the float32 group travels as fp32, the bfloat16 group as bf16 (2 bytes),
+    # each exactly as a one-dtype model with that codec does.
+    mixed = [("f", f32.clone()), ("b", b16.clone())]
+    s = trickle.SPARTA(mixed, fraction=1.0, codec="native", broadcast_initial=False)
+    s.step()
+    only_f = [("f", f32.clone())]
+    only_b = [("b", b16.clone())]
+    sf = trickle.SPARTA(only_f, fraction=1.0, codec="fp32", broadcast_initial=False)
+    sb = trickle.SPARTA(only_b, fraction=1.0, codec="bf16", broadcast_initial=False)
+    sf32 = trickle.SPARTA([("b", b16.clone())], fraction=1.0, codec="fp32", broadcast_initial=False)
+    for a in (sf, sb, sf32):
+        a.step()
+    same_b, same_f = identical_mask(mixed[1][1].float()), identical_mask(mixed[0][1])
+    # DiLoCo's outer gradient likewise.
+    d = trickle.DiLoCo([("b", b16.clone())], interval=1, outer_codec="native")
+    db = trickle.DiLoCo([("b", b16.clone())], interval=1, outer_codec="bf16")
+    d.step()
+    db.step()
+    gs = s.group_stats
+    assert len(gs) == 2, gs
+    assert gs[0].bytes_sent == fp32_bytes == sf.stats.bytes_sent, (repr(gs[0]), repr(sf.stats))
+    assert gs[1].as_dict() == {**sb.stats.as_dict(), "initial_bytes_sent": 0}, (repr(gs[1]), repr(sb.stats))
+    assert gs[1].bytes_sent < sf32.stats.bytes_sent, (gs[1], sf32.stats)  # bf16 on the wire, not fp32
+    assert s.stats.bytes_sent == gs[0].bytes_sent + gs[1].bytes_sent, s.stats
+    # The same bits as the one-dtype runs, and the replicas agree.
+    assert torch.equal(bits(mixed[0][1]), bits(only_f[0][1])) and torch.equal(bits(mixed[1][1]), bits(only_b[0][1]))
+    assert bool(same_b.all()) and bool(same_f.all())
+    assert d.stats == db.stats, (repr(d.stats), repr(db.stats))
+
+
+def test_sparsifiers_bytes_and_sum():
+    N, r = world(), rank()
+    n = 4000
+    g = torch.Generator().manual_seed(r)
+    p0 = torch.randn(n, generator=torch.Generator().manual_seed(99))  # the same start everywhere
+    inc = torch.randn(n, generator=g)
+    weight = plain_all_reduce_bytes(1)  # the weights' sum: one all-reduced float (a scale)
+    codes400 = plain_all_reduce_bytes(400)
+    # chunk_topk (64, 4): 62 chunks of 64 and one of 32, 4 kept in each: 252 values, 6-bit
+    # indices (189 bytes, 3 of padding) and 252 fp32 codes per payload, all_gathered: each
+    # worker sends N - 1 payloads.
+    p = p0.clone()
+    d = trickle.DiLoCo([("p", p)], interval=1, outer="average", outer_sparsifier="chunk_topk", sparse_chunk=64,
+                       sparse_k=4)
+    with torch.no_grad():
+        p.add_(inc)
+    deltas = gather(p - p0)
+    d.step()
+    top = d.stats
+    top_p, top_same = p.clone(), identical_mask(p)
+    # random_k (10%): 400 shared positions, their fp32 values all-reduced, no index sent.
+    p = p0.clone()
+    d = trickle.DiLoCo([("p", p)], interval=1, outer="average", outer_sparsifier="random_k", sparse_fraction=0.1)
+    with torch.no_grad():
+        p.add_(inc)
+    d.step()
+    rnd = d.stats
+    moved = bits(p) != bits(p0)
+    rnd_same, moved_same = identical_mask(p), identical_mask(moved.float())
+    # Workers that disagree on the sparsifier, or one with a bad k, raise on every worker.
+    m = make_model()
+    expect_raises(trickle.MismatchError, lambda: trickle.DiLoCo(
+        m, outer_sparsifier="chunk_topk" if r == 1 else None), "disagree")
+    bad = 0 if r == 2 else 4
+    expect_raises(ValueError, lambda: trickle.DiLoCo(m, outer_sparsifier="chunk_topk", sparse_k=bad),
+                  "k must be >= 1", "rank 2")
+
+    def parts(st):
+        return st.code_bytes_sent + st.scale_bytes_sent + st.index_bytes_sent + st.padding_bytes_sent
+
+    st = top
+    assert parts(st) == st.bytes_sent, ("chunk_topk: the parts do not sum to bytes_sent", repr(st))
+    assert st.index_bytes_sent == (N - 1) * 189 and st.padding_bytes_sent == (N - 1) * 3, repr(st)
+    assert st.code_bytes_sent == (N - 1) * 252 * 4 and st.scale_bytes_sent == weight, repr(st)
+    assert st.bytes_sent == (N - 1) * 1200 + weight and st.last_values == n + 1, repr(st)  # values and the weight
+    # average: the parameters become the snapshot minus the mean of every worker's sparsified
+    # outer gradient (snapshot - parameters), on every worker alike.
+    kept = [torch.where(_topk_mask(x, 64, 4), x, torch.zeros_like(x)) for x in deltas]
+    expected = p0 + torch.stack(kept).sum(0) / N
+    assert torch.allclose(top_p, expected, atol=1e-5), (top_p - expected).abs().max()
+    assert bool(top_same.all())
+    st = rnd
+    assert parts(st) == st.bytes_sent, ("random_k: the parts do not sum to bytes_sent", repr(st))
+    assert st.code_bytes_sent == codes400 and st.index_bytes_sent == 0, repr(st)
+    assert st.scale_bytes_sent == weight and st.bytes_sent == st.code_bytes_sent + weight, repr(st)
+    assert int(moved.sum()) == 400 and bool(moved_same.all()), int(moved.sum())
+    assert bool(rnd_same.all())
+
+
+def _topk_mask(delta: torch.Tensor, chunk: int, k: int) -> torch.Tensor:
+    keep = torch.zeros(delta.numel(), dtype=torch.bool)
+    for c0 in range(0, delta.numel(), chunk):
+        part = delta[c0:c0 + chunk].abs()
+        top = sorted(range(part.numel()), key=lambda i: (-float(part[i]), i))[:k]
+        keep[[c0 + i for i in top]] = True
+    return keep
+
+
+def test_outer_lr_schedule_on_every_worker():
+    N, r = world(), rank()
+    p = torch.randn(64, generator=torch.Generator().manual_seed(7))
+    d = trickle.DiLoCo([("p", p)], interval=1, outer="sgd", outer_lr=0.8, outer_lr_schedule="linear",
+                       outer_lr_end_fraction=0.25, outer_lr_schedule_steps=2)
+    g = torch.Generator().manual_seed(r)
+    snap = p.clone()
+    errors, agree = [], []
+    for mult in (1.0, 0.625, 0.25, 0.25):  # linear from 1 to 0.25 over 2 outer steps, then 0.25
+        with torch.no_grad():
+            p.add_(torch.randn(64, generator=g) * 0.1)
+        mean_delta = torch.stack(gather(snap - p)).sum(0) / N
+        d.step()
+        snap = snap - 0.8 * mult * mean_delta  # sgd: snapshot - lr_t * the averaged outer gradient
+        errors.append(float((p - snap).abs().max()))
+        agree.append(bool(identical_mask(p).all()))
+    # A worker with another schedule is a mismatch, named by its field.
+    m = make_model()
+    end = 0.5 if r == 3 else 0.25
+    expect_raises(trickle.MismatchError, lambda: trickle.DiLoCo(m, outer_lr_schedule="cosine", outer_lr_end_fraction=end),
+                  "outer.lr_end_fraction")
+    # A worker with an unknown schedule name: every worker raises, the others naming it.
+    name = "exp" if r == 1 else "cosine"
+    expect_raises(ValueError, lambda: trickle.SPARTADiLoCo(m, outer_lr_schedule=name),
+                  "unknown outer_lr_schedule 'exp'" if r == 1 else "rank 1")
+    assert max(errors) < 1e-5 and all(agree), (errors, agree)
+
+
+def test_streaming_fragments_on_every_worker():
+    r = rank()
+    m = make_model(seed=rank())  # tensors of 240, 20, 120 and 6 values
+    params = list(m.parameters())
+    d = trickle.DiLoCo(m, interval=4, outer="average", fragments=2, fragment_tensors=[2, 2])
+    sizes = (260, 126)
+    expected = [plain_all_reduce_bytes(c + 1) for c in sizes]  # a fragment's values and the weight
+    sent, agree = [], []
+    for t in range(4):
+        perturb(params, t)
+        before = d.stats.bytes_sent
+        d.step()
+        sent.append(d.stats.bytes_sent - before)
+        agree.append([bool(identical_mask(x.detach().reshape(-1)).all()) for x in params])
+    # overlap_steps: the average lands one step later, then the fragment agrees everywhere.
+    m2 = make_model(seed=rank())
+    p2 = list(m2.parameters())
+    d2 = trickle.DiLoCo(m2, interval=4, outer="average", fragments=2, fragment_tensors=[2, 2], overlap_steps=1)
+    late = []
+    for t in range(3):
+        perturb(p2, t)
+        d2.step()
+        late.append(all(bool(identical_mask(x.detach().reshape(-1)).all()) for x in p2[2:]))
+    # Bad streaming options on one worker: every worker raises.
+    mix = 1.5 if r == 1 else 0.0
+    expect_raises(ValueError, lambda: trickle.DiLoCo(m, interval=4, mix=mix), "mix must be in [0, 1]", "rank 1")
+    frag = 3 if r == 0 else 1
+    expect_raises(trickle.MismatchError, lambda: trickle.DiLoCo(m, interval=4, fragments=frag), "fragments")
+    # Fragment 1 (tensors 2, 3) after step 1, fragment 0 after step 3: each sends its values
+    # and the weight, all-reduced, and its tensors (only) agree right after; nothing between.
+    assert sent == [0, expected[1], 0, expected[0]], (sent, expected)
+    assert agree == [[False] * 4, [False, False, True, True], [False] * 4, [True, True, False, False]], agree
+    assert d.stats.exchanges == 2, d.stats
+    assert late == [False, False, True], late
+
+
+def test_set_weight_on_one_worker():
+    r = rank()
+    m = make_model(seed=r)
+    params = list(m.parameters())
+    d = trickle.DiLoCo(m, interval=2, outer="average")
+    d.set_weight(1.0 if r == 0 else 0.0)
+    for t in range(2):
+        perturb(params, t)
+    mine = gather(flat(params))[0]
+    d.step()
+    d.step()
+    same = identical_mask(flat(params))
+    # Weights 1, 0, 0, 0: the outer step lands on rank 0's parameters, everywhere.
+    assert torch.allclose(flat(params), mine, atol=1e-6)
+    assert bool(same.all())
+
+
+def test_hooks_on_every_worker():
+    r = rank()
+    m = make_model(seed=r)
+    s = trickle.SPARTA(m, fraction=0.1, seed=2)
+    totals = []
+
+    def collective(step, st):  # registered on every worker: it may run a collective
+        t = torch.tensor([st.bytes_sent], dtype=torch.int64)
+        dist.all_reduce(t)
+        totals.append((step, int(t.item())))
+
+    s.add_hook(collective, every=2)
+
+    def fails(step, st):
+        if r == 1 and step == 3:
+            raise RuntimeError("rank 1's hook failed")
+
+    h = s.add_hook(fails)
+    errors = []
+    for _ in range(4):
+        perturb(m.parameters(), 0)
+        try:
+            s.step()
+        except RuntimeError as e:
+            errors.append((s.stats.steps, str(e)))
+    h.remove()
+    # The failure on rank 1 broke nothing: a full exchange still makes the replicas agree.
+    s.step()
+    s2 = trickle.SPARTA(m, fraction=1.0)
+    s2.step()
+    same = identical_mask(flat(m.parameters()))
+    assert errors == ([(3, "rank 1's hook failed")] if r == 1 else []), errors
+    assert [k for k, _ in totals] == [2, 4] and s.stats.steps == 5, (totals, s.stats)
+    assert bool(same.all())
+
+
 TESTS = [
     test_broadcast_initial,
     test_sparta_full_fraction_makes_replicas_identical,
@@ -606,6 +910,7 @@ TESTS = [
     test_state_dict_round_trip_diloco,
     test_state_dict_round_trip_sparta_diloco,
     test_load_state_dict_errors_on_every_rank,
+    test_state_dict_of_another_rank,
     test_mismatched_models_raise_on_every_rank,
     test_bad_fraction_raises_on_every_rank,
     test_non_contiguous_parameter_raises_on_every_rank,
@@ -619,6 +924,12 @@ TESTS = [
     test_sub_group,
     test_step_releases_the_gil,
     test_dropping_the_object_after_destroying_its_group,
+    test_native_codec_resolves_per_group,
+    test_sparsifiers_bytes_and_sum,
+    test_outer_lr_schedule_on_every_worker,
+    test_streaming_fragments_on_every_worker,
+    test_set_weight_on_one_worker,
+    test_hooks_on_every_worker,
 ]
 
 

@@ -88,19 +88,124 @@ def test_stats_object():
     s.step()
     st = s.stats
     d = dict(st)
-    assert set(d) == set(trickle.Stats.FIELDS), d
+    assert list(d) == list(trickle.Stats.FIELDS), d
     assert st["values"] == st.values == d["values"] and isinstance(st.values, int)
-    assert st.as_dict() == d
-    assert "bytes_sent" in st and len(st) == len(trickle.Stats.FIELDS)
+    assert isinstance(st.reduction, float) and all(isinstance(d[k], int) for k in d if k != "reduction"), d
+    assert st.as_dict() == d and list(st) == list(trickle.Stats.FIELDS) and list(st.keys()) == list(d)
+    assert "bytes_sent" in st and "nonexistent" not in st and len(st) == len(trickle.Stats.FIELDS)
     assert pickle.loads(pickle.dumps(st)) == st
     expect_raises(AttributeError, lambda: st.nonexistent, "fields")
+    expect_raises(KeyError, lambda: st["nonexistent"])
+    for attempt in (lambda: setattr(st, "steps", 3), lambda: setattr(st, "other", 3), lambda: delattr(st, "steps")):
+        expect_raises(AttributeError, attempt, "read-only")
+    assert st.steps == 1
+    # repr: every field, as name=value, and it rebuilds the object.
+    r = repr(st)
+    assert r.startswith("trickle.Stats(") and all(f"{k}={d[k]!r}" in r for k in d), r
+    assert eval(r, {"trickle": trickle}) == st
+    # str: a short progress line.
+    line = str(st)
+    assert line == "1 step, 1 exchange, sent 0 B, received 0 B", line
+    # Built from a mapping (as older pickles do) or from keywords; every field needed.
+    assert trickle.Stats(d) == st and trickle.Stats(**d) == st
+    assert trickle.Stats({**d, "bytes_sent": 5}) != st
+    expect_raises(TypeError, lambda: trickle.Stats({k: v for k, v in d.items() if k != "calls"}), "missing field calls")
+    expect_raises(TypeError, lambda: trickle.Stats(**d, speed=3), "unknown field speed")
+    # A Stats pickled by the previous versions (class trickle._algorithms.Stats, rebuilt from a
+    # dict) still loads, and this version's pickles name trickle.Stats.
+    assert trickle.Stats.__module__ == "trickle" and b"trickle" in pickle.dumps(st)
+    trickle.Stats.__module__ = "trickle._algorithms"
     try:
-        st.steps = 3
-    except AttributeError:
-        pass
-    else:
-        raise AssertionError("Stats is writable")
-    assert "trickle.Stats(" in repr(st)
+        old = pickle.dumps(st, protocol=2)
+    finally:
+        trickle.Stats.__module__ = "trickle"
+    assert b"trickle._algorithms" in old and pickle.loads(old) == st
+    # str with bytes: decimal units and the reduction.
+    big = trickle.Stats({**d, "steps": 200, "exchanges": 200, "bytes_sent": 1_234_567, "bytes_received": 999,
+                         "reduction": 252.04})
+    assert str(big) == "200 steps, 200 exchanges, sent 1.23 MB (252.0x less than dense), received 999 B", str(big)
+    assert "12.6 kB" in str(trickle.Stats({**d, "bytes_received": 12_600})), str(trickle.Stats({**d, "bytes_received": 12_600}))
+
+
+def test_hooks():
+    m = make_model()
+    d = trickle.DiLoCo(m, interval=2, outer="sgd", outer_lr=1.0)
+    calls = []
+    h1 = d.add_hook(lambda step, st: calls.append(("a", step, st)))
+    h3 = d.add_hook(lambda step, st: calls.append(("b", step, st.exchanges)), every=3)
+    assert isinstance(h1, trickle.HookHandle) and h1.active and "active" in repr(h1)
+    for _ in range(6):
+        d.step()
+    assert [c[:2] for c in calls if c[0] == "a"] == [("a", k) for k in range(1, 7)], calls
+    assert [c for c in calls if c[0] == "b"] == [("b", 3, 1), ("b", 6, 3)], calls
+    # The order of registration, and the stats of that step (steps == step).
+    assert [c[0] for c in calls[:4]] == ["a", "a", "a", "b"], calls
+    assert all(isinstance(c[2], trickle.Stats) and c[2].steps == c[1] for c in calls if c[0] == "a"), calls
+    assert calls[-2][2] == d.stats  # the last 'a' call saw the current stats
+    h1.remove()
+    h1.remove()  # idempotent
+    assert not h1.active and "removed" in repr(h1)
+    calls.clear()
+    for _ in range(3):
+        d.step()
+    assert calls == [("b", 9, 4)], calls
+    h3.remove()
+    # A context manager; a hook that removes itself runs once.
+    seen = []
+    with d.add_hook(lambda step, st: seen.append(step)) as h:
+        d.step()
+    d.step()
+    assert seen == [10] and not h.active, seen
+    handle = {}
+
+    def once(step, st):
+        seen.append(("once", step))
+        handle["h"].remove()
+
+    handle["h"] = d.add_hook(once)
+    d.step()
+    d.step()
+    assert seen[-1] == ("once", 12) and len(seen) == 2, seen
+    # A hook that raises: the exception propagates from step(), the step itself is done,
+    # the hooks after it are skipped for that step, and the algorithm goes on.
+    later = []
+
+    def boom(step, st):
+        if step == 16:
+            raise RuntimeError("hook failed at 16")
+
+    hb = d.add_hook(boom)
+    hl = d.add_hook(lambda step, st: later.append(step))
+    d.step()  # 14
+    d.step()  # 15
+    expect_raises(RuntimeError, d.step, "hook failed at 16")  # 16: an outer step (interval 2)
+    assert d.stats.steps == 16 and d.stats.exchanges == 8, d.stats
+    assert later == [14, 15], later
+    d.step()
+    assert later == [14, 15, 17] and d.stats.steps == 17, later
+    hb.remove()
+    hl.remove()
+    # The state saved after the failed hook resumes like any other.
+    d2 = trickle.DiLoCo(m, interval=2, outer="sgd", outer_lr=1.0, broadcast_initial=False)
+    d2.load_state_dict(d.state_dict())
+    assert d2.stats == d.stats
+    # Bad hooks and intervals are refused; nothing is registered.
+    expect_raises(TypeError, lambda: d.add_hook(42), "callable")
+    expect_raises(ValueError, lambda: d.add_hook(print, every=0), "every must be >= 1")
+    expect_raises(TypeError, lambda: d.add_hook(print, every=1.5), "every must be an int")
+    expect_raises(TypeError, lambda: d.add_hook(print, 2), "positional")
+    d.step()
+    # A handle does not keep its algorithm alive.
+    import gc
+    import weakref
+
+    s = trickle.SPARTA(make_model(), fraction=0.5)
+    h = s.add_hook(lambda step, st: None)
+    ref = weakref.ref(s)
+    del s
+    gc.collect()
+    assert ref() is None and not h.active
+    h.remove()
 
 
 def test_diloco_and_sparta_diloco():
@@ -189,9 +294,9 @@ def test_bad_arguments():
     expect_raises(ValueError, lambda: trickle.SPARTA(nn.Linear(3, 3).double()), "dtype", "float32")
     expect_raises(ValueError, lambda: trickle.SPARTA([torch.zeros(3, 3).t()]), "not contiguous")
     # A device other than the CPU (meta here; CUDA alike) is refused with the reason.
-    expect_raises(ValueError, lambda: trickle.SPARTA([torch.empty(3, device="meta")]), "CPU tensors only")
+    expect_raises(ValueError, lambda: trickle.SPARTA([torch.empty(3, device="meta")]), "CPU tensors only", "build_info")
     if torch.cuda.is_available():
-        expect_raises(ValueError, lambda: trickle.SPARTA([torch.zeros(3, device="cuda")]), "CPU tensors only")
+        expect_raises(ValueError, lambda: trickle.SPARTA([torch.zeros(3, device="cuda")]), "CPU tensors only", "build_info")
 
 
 def test_moved_parameters_are_refused():
@@ -276,11 +381,357 @@ def test_sub_group_of_one():
     assert s.group is sub and s.world_size == 1
 
 
+# ---------------------------------------------------------------------------------------
+# Parity with the C++ library: outer learning-rate schedules, sparsifiers, native, streaming,
+# per-group stats, set_weight. One worker: every outer step averages one replica, so the
+# expected parameters follow from the update rules written out here.
+
+
+def _lr_multipliers(kind: str, steps: int, **kw):
+    """schedule.fraction(t - 1, 1.0) for outer steps t = 1 .. steps (trickle/schedule/schedule.hpp)."""
+    out = []
+    for k in range(steps):
+        if kind == "linear":
+            e, n = kw["end"], kw["n"]
+            f = e if k >= n else 1.0 + (e - 1.0) * k / n
+        elif kind == "cosine":
+            e, n = kw["end"], kw["n"]
+            f = e if k >= n else e + (1.0 - e) * 0.5 * (1.0 + math.cos(math.pi * k / n))
+        elif kind == "piecewise":
+            f = 1.0
+            for at, v in kw["points"]:
+                if k >= at:
+                    f = v
+        elif kind == "warmup":  # warmup<constant>
+            n, s0 = kw["n"], kw["start"]
+            f = 1.0 if k >= n else s0 + (1.0 - s0) * k / n
+        else:
+            f = 1.0
+        out.append(f)
+    return out
+
+
+def _outer_run(outer_steps: int, make, torch_opt=None, multipliers=None, n: int = 16):
+    """One tensor trained by a fixed increment per step, an outer step after each (interval 1):
+    the tensor after every outer step, and the torch reference (torch_opt over a copy, its lr
+    set to base * multiplier before each step, as LambdaLR does)."""
+    g = torch.Generator().manual_seed(5)
+    p = torch.randn(n, generator=g)
+    incs = [torch.randn(n, generator=g) * 0.1 for _ in range(outer_steps)]
+    algo = make([("p", p)])
+    got = []
+    for t in range(outer_steps):
+        with torch.no_grad():
+            p.add_(incs[t])
+        algo.step()
+        got.append(p.clone())
+    if torch_opt is None:
+        return algo, got, None
+    q = torch.nn.Parameter(torch.randn(n, generator=torch.Generator().manual_seed(5)))
+    opt = torch_opt([q])
+    base = opt.param_groups[0]["lr"]
+    ref = []
+    trained = q.detach().clone()
+    for t in range(outer_steps):
+        trained = q.detach() + incs[t]
+        opt.param_groups[0]["lr"] = base * multipliers[t]
+        q.grad = q.detach() - trained  # the outer gradient: snapshot - parameters
+        opt.step()
+        ref.append(q.detach().clone())
+    return algo, got, ref
+
+
+def test_outer_lr_schedules():
+    sched = dict(outer_lr_schedule="linear", outer_lr_end_fraction=0.25, outer_lr_schedule_steps=3)
+    mult = _lr_multipliers("linear", 6, end=0.25, n=3)
+    assert [round(x, 12) for x in mult] == [1.0, 0.75, 0.5, 0.25, 0.25, 0.25], mult
+    cases = [
+        ("sgd linear", dict(outer="sgd", outer_lr=0.8, **sched), lambda ps: torch.optim.SGD(ps, lr=0.8), mult),
+        ("nesterov cosine", dict(outer="nesterov", outer_lr=0.7, momentum=0.9, outer_lr_schedule="cosine",
+                                 outer_lr_end_fraction=0.1, outer_lr_schedule_steps=4),
+         lambda ps: torch.optim.SGD(ps, lr=0.7, momentum=0.9, nesterov=True), _lr_multipliers("cosine", 6, end=0.1, n=4)),
+        ("momentum piecewise", dict(outer="momentum", outer_lr=0.5, momentum=0.8, outer_lr_schedule="piecewise",
+                                    outer_lr_points=[(1, 0.5), (3, 0.25)]),
+         lambda ps: torch.optim.SGD(ps, lr=0.5, momentum=0.8), _lr_multipliers("piecewise", 6, points=[(1, 0.5), (3, 0.25)])),
+        ("adam warmup", dict(outer="adam", outer_lr=0.05, betas=(0.9, 0.95), outer_lr_warmup_steps=2,
+                             outer_lr_warmup_start_fraction=0.5),
+         lambda ps: torch.optim.Adam(ps, lr=0.05, betas=(0.9, 0.95)), _lr_multipliers("warmup", 6, n=2, start=0.5)),
+    ]
+    for name, kw, opt, mults in cases:
+        algo, got, ref = _outer_run(6, lambda p: trickle.DiLoCo(p, interval=1, **kw), opt, mults)
+        assert algo.stats.exchanges == 6, (name, algo.stats)
+        for t in range(6):
+            assert torch.allclose(got[t], ref[t], rtol=1e-5, atol=1e-6), (name, t, (got[t] - ref[t]).abs().max())
+        assert algo.options["outer_lr_schedule"] == kw.get("outer_lr_schedule", "constant")
+    # Without a schedule the multiplier is 1: the same bits as an explicit constant, and the
+    # same configuration (the state of one loads into the other).
+    a, ga, _ = _outer_run(4, lambda p: trickle.DiLoCo(p, interval=1, outer="sgd", outer_lr=0.8))
+    b, gb, _ = _outer_run(4, lambda p: trickle.DiLoCo(p, interval=1, outer="sgd", outer_lr=0.8,
+                                                      outer_lr_schedule="constant", outer_lr_end_fraction=0.3))
+    assert all(torch.equal(bits(x), bits(y)) for x, y in zip(ga, gb))
+    b.load_state_dict(a.state_dict())
+    # A schedule is part of the configuration: its state is refused by an unscheduled object.
+    c, _, _ = _outer_run(2, lambda p: trickle.DiLoCo(p, interval=1, outer="sgd", outer_lr=0.8, **sched))
+    expect_raises(ValueError, lambda: a.load_state_dict(c.state_dict()), "different configuration")
+    # The lr schedule reaches SPARTA + DiLoCo too (one sparse exchange between outer steps).
+    m = make_model()
+    sd = trickle.SPARTADiLoCo(m, fraction=0.5, interval=2, outer="sgd", outer_lr=0.5, **sched)
+    for _ in range(4):
+        sd.step()
+    assert sd.outer_stats.exchanges == 2 and sd.sparse_stats.exchanges == 2, (sd.outer_stats, sd.sparse_stats)
+    # Bad schedules are refused, by name and by keyword.
+    expect_raises(ValueError, lambda: trickle.DiLoCo(m, outer="average", outer_lr_schedule="cosine"),
+                  "no learning rate to schedule", "'sgd'")
+    expect_raises(ValueError, lambda: trickle.DiLoCo(m, outer="average", outer_lr_warmup_steps=3),
+                  "no learning rate to schedule")
+    expect_raises(ValueError, lambda: trickle.DiLoCo(m, outer_lr_schedule="exp"), "unknown outer_lr_schedule 'exp'",
+                  "constant, linear, cosine, piecewise")
+    expect_raises(ValueError, lambda: trickle.DiLoCo(m, outer_lr_schedule="piecewise"), "needs outer_lr_points")
+    expect_raises(ValueError, lambda: trickle.DiLoCo(m, outer_lr_points=[(1, 0.5)]), "outer_lr_points applies to",
+                  "piecewise")
+    expect_raises(ValueError, lambda: trickle.DiLoCo(m, outer_lr_schedule="piecewise", outer_lr_points=[(1, 0.5)],
+                                                     outer_lr_warmup_steps=2), "outer_lr_warmup_steps cannot")
+    expect_raises(ValueError, lambda: trickle.DiLoCo(m, outer_lr_schedule="linear", outer_lr_end_fraction=1.5),
+                  "lr schedule", "end_fraction must be in (0, 1]", "1.5")
+    expect_raises(ValueError, lambda: trickle.DiLoCo(m, outer_lr_schedule="cosine", outer_lr_schedule_steps=0),
+                  "steps must be >= 1")
+    expect_raises(ValueError, lambda: trickle.DiLoCo(m, outer_lr_schedule="piecewise", outer_lr_points=[(2, 0.5), (1, 0.2)]),
+                  "strictly increasing")
+    expect_raises(TypeError, lambda: trickle.DiLoCo(m, outer_lr_end_fraction="0.1"), "outer_lr_end_fraction must be a number")
+    expect_raises(TypeError, lambda: trickle.DiLoCo(m, outer_lr_schedule_steps=2.5), "outer_lr_schedule_steps must be an int")
+    expect_raises(TypeError, lambda: trickle.DiLoCo(m, outer_lr_sched="cosine"), "unknown keyword argument 'outer_lr_sched'")
+    expect_raises(TypeError, lambda: trickle.SPARTA(m, outer_lr_schedule="cosine"), "unknown keyword argument")
+
+
+def _topk_mask(delta: torch.Tensor, chunk: int, k: int) -> torch.Tensor:
+    """Positions chunk_topk keeps: the k largest magnitudes of every chunk (ties by index)."""
+    keep = torch.zeros(delta.numel(), dtype=torch.bool)
+    for c0 in range(0, delta.numel(), chunk):
+        part = delta[c0:c0 + chunk].abs()
+        order = sorted(range(part.numel()), key=lambda i: (-float(part[i]), i))
+        for i in order[:k]:
+            keep[c0 + i] = True
+    return keep
+
+
+def test_sparsifiers():
+    n = 200
+    g = torch.Generator().manual_seed(9)
+    p0 = torch.randn(n, generator=g)
+    inc = torch.randn(n, generator=g)
+    for sparsifier, extra, kept in (("chunk_topk", dict(sparse_chunk=64, sparse_k=4), 3 * 4 + 4),
+                                    ("random_k", dict(sparse_fraction=0.1), 20)):
+        p = p0.clone()
+        d = trickle.DiLoCo([("p", p)], interval=1, outer="sgd", outer_lr=1.0, outer_sparsifier=sparsifier, **extra)
+        with torch.no_grad():
+            p.add_(inc)
+        trained = p.clone()
+        d.step()
+        # sgd with lr 1 on one worker: a kept position lands on the trained value, any other
+        # goes back to the snapshot (its bits).
+        back = bits(p) == bits(p0)
+        assert int((~back).sum()) == kept, (sparsifier, int((~back).sum()))
+        assert torch.allclose(p[~back], trained[~back], atol=1e-6), sparsifier
+        if sparsifier == "chunk_topk":
+            assert torch.equal(~back, _topk_mask(trained - p0, 64, 4)), "chunk_topk kept other positions"
+        assert d.stats.exchanges == 1 and d.options["outer_sparsifier"] == sparsifier
+    # Error feedback: what was not sent is sent later; with no further training, 16 outer
+    # steps send every one of the 64 values of a chunk (4 at a time), largest first.
+    p = p0.clone()
+    d = trickle.DiLoCo([("p", p)], interval=1, outer="sgd", outer_lr=1.0, outer_sparsifier="chunk_topk",
+                       sparse_chunk=64, sparse_k=4, error_feedback=1.0)
+    with torch.no_grad():
+        p.add_(inc)
+    target = p.clone()
+    for t in range(16):
+        d.step()
+        moved = int((bits(p) != bits(p0)).sum())
+        assert moved == min(200, 16 * (t + 1) if t < 2 else 12 * (t + 1) + 8), (t, moved)
+    assert torch.allclose(p, target, atol=1e-5), (p - target).abs().max()
+    # The values through a lossy codec (int8 blocks), and SPARTA + DiLoCo.
+    p = p0.clone()
+    d = trickle.DiLoCo([("p", p)], interval=1, outer="sgd", outer_lr=1.0, outer_sparsifier="random_k",
+                       sparse_fraction=0.5, outer_codec="int8")
+    with torch.no_grad():
+        p.add_(inc)
+    d.step()
+    moved = int((bits(p) != bits(p0)).sum())  # 100 kept; an int8 code of 0 leaves its position as it was
+    assert 80 <= moved <= 100, moved
+    m = make_model()
+    b = trickle.SPARTADiLoCo(m, fraction=0.5, interval=2, outer_sparsifier="chunk_topk", sparse_chunk=8, sparse_k=2)
+    for _ in range(4):
+        b.step()
+    assert b.outer_stats.exchanges == 2, b.outer_stats
+    # Configuration: a sparsifier's fields are agreed on and part of the checkpoint.
+    e1 = trickle.DiLoCo(make_model(), interval=1, outer_sparsifier="chunk_topk", sparse_k=4, broadcast_initial=False)
+    e2 = trickle.DiLoCo(make_model(), interval=1, outer_sparsifier="chunk_topk", sparse_k=2, broadcast_initial=False)
+    expect_raises(ValueError, lambda: e2.load_state_dict(e1.state_dict()), "different configuration")
+    # Bad ones are refused.
+    expect_raises(ValueError, lambda: trickle.DiLoCo(m, outer_sparsifier="topk"), "unknown outer_sparsifier 'topk'",
+                  "chunk_topk, random_k")
+    expect_raises(ValueError, lambda: trickle.DiLoCo(m, outer_sparsifier="chunk_topk", sparse_k=0), "k must be >= 1")
+    expect_raises(ValueError, lambda: trickle.DiLoCo(m, outer_sparsifier="chunk_topk", sparse_chunk=4, sparse_k=5),
+                  "k must be <= chunk")
+    expect_raises(ValueError, lambda: trickle.DiLoCo(m, outer_sparsifier="random_k", sparse_fraction=0.0),
+                  "fraction must be in (0, 1]")
+    expect_raises(ValueError, lambda: trickle.DiLoCo(m, outer_sparsifier="random_k", topology="ring"),
+                  "sums through the all_reduce topology")
+    expect_raises(ValueError, lambda: trickle.DiLoCo(m, outer_sparsifier="random_k", outer_codec="int8",
+                                                     stochastic_rounding=True), "stochastic_rounding")
+    expect_raises(TypeError, lambda: trickle.DiLoCo(m, outer_sparsifier="chunk_topk", sparse_k=2.0),
+                  "sparse_k must be an int")
+
+
+def test_native_codec():
+    def bf16_model():
+        return [("w", torch.randn(40, generator=torch.Generator().manual_seed(1)).to(torch.bfloat16))]
+
+    # native is the parameters' own dtype: on bf16 the bf16 codec, on float32 fp32 (plain):
+    # the same configuration, so a state saved under one name loads under the other.
+    for make, same, other in (
+        (lambda **kw: trickle.SPARTA(bf16_model(), fraction=0.5, broadcast_initial=False, **kw), "bf16", "fp16"),
+        (lambda **kw: trickle.SPARTA(make_model(), fraction=0.5, broadcast_initial=False, **kw), "fp32", "bf16"),
+    ):
+        a = make(codec="native")
+        a.step()
+        assert a.options["codec"] == "native"
+        make(codec=same).load_state_dict(a.state_dict())
+        expect_raises(ValueError, lambda: make(codec=other).load_state_dict(a.state_dict()), "different configuration")
+    for make, same, other in (
+        (lambda **kw: trickle.DiLoCo(bf16_model(), interval=1, broadcast_initial=False, **kw), "bf16", "int8"),
+        (lambda **kw: trickle.SPARTADiLoCo(make_model(), interval=2, broadcast_initial=False, **kw), "fp32", "fp16"),
+    ):
+        a = make(outer_codec="native")
+        a.step()
+        make(outer_codec=same).load_state_dict(a.state_dict())
+        expect_raises(ValueError, lambda: make(outer_codec=other).load_state_dict(a.state_dict()),
+                      "different configuration")
+    # native through a sparsifier's values, and with stochastic rounding (no such codec).
+    trickle.DiLoCo(bf16_model(), interval=1, outer_codec="native", outer_sparsifier="random_k").step()
+    expect_raises(ValueError, lambda: trickle.SPARTA(make_model(), codec="native", stochastic_rounding=True),
+                  "stochastic_rounding")
+    expect_raises(ValueError, lambda: trickle.SPARTA(make_model(), codec="natve"), "unknown codec 'natve'", "native")
+
+
+def test_streaming_diloco():
+    # Four tensors (48, 8, 24, 3 values); fragments of two tensors each. With H = 4 and
+    # F = 2, fragment f takes its outer step after inner steps t with (t + 1) = f H / F + k H:
+    # fragment 0 after t = 3, 7; fragment 1 after t = 1, 5. tau delays the application,
+    # alpha mixes the local progress in (docs/streaming.md).
+    H, lr, F = 4, 0.5, 2
+    for tau, alpha in ((0, 0.0), (1, 0.0), (1, 0.5)):
+        m = make_model()
+        params = list(m.parameters())
+        d = trickle.DiLoCo(m, interval=H, outer="sgd", outer_lr=lr, fragments=F, fragment_tensors=[2, 2],
+                           overlap_steps=tau, mix=alpha)
+        members = [[0, 1], [2, 3]]  # the tensors of each fragment
+        snap = [p.detach().clone() for p in params]
+        pending = {}  # fragment -> (the step after which it is applied, its outer gradient)
+        g = torch.Generator().manual_seed(3)
+        for t in range(9):
+            with torch.no_grad():
+                for p in params:
+                    p.add_(torch.randn(p.shape, generator=g) * 0.05)
+            expect = [p.detach().clone() for p in params]
+
+            def apply(f):
+                grads = pending.pop(f)[1]
+                for j, gr in zip(members[f], grads):
+                    snap[j] = snap[j] - lr * gr  # sgd: snapshot - lr * (averaged) outer gradient
+                    expect[j] = alpha * expect[j] + (1 - alpha) * snap[j] if alpha else snap[j].clone()
+
+            for f in range(F):  # after inner step t: first the averages due, then the outer steps due
+                if f in pending and pending[f][0] == t:
+                    apply(f)
+            for f in range(F):
+                phase = f * H // F
+                if t + 1 >= phase and (t + 1 - phase) % H == 0:
+                    pending[f] = (t + tau, [snap[j] - expect[j] for j in members[f]])
+                    if tau == 0:
+                        apply(f)
+            d.step()
+            for j, p in enumerate(params):
+                assert torch.allclose(p.detach(), expect[j], atol=1e-5), (tau, alpha, t, j)
+        assert d.stats.exchanges == 4, (tau, alpha, d.stats)  # fragment 1 after t = 1, 5; fragment 0 after 3, 7
+        assert d.options["fragments"] == 2 and d.options["fragment_tensors"] == [2, 2]
+    # Balanced by size without a list, and inside SPARTA + DiLoCo (the sparse exchange is
+    # skipped at the steps where a fragment's outer step runs).
+    m = make_model()
+    b = trickle.SPARTADiLoCo(m, fraction=0.5, interval=4, fragments=2)
+    for _ in range(8):
+        b.step()
+    assert b.outer_stats.exchanges == 4 and b.sparse_stats.exchanges == 4, (b.outer_stats, b.sparse_stats)
+    # A streaming state resumes (fragments in flight included).
+    d = trickle.DiLoCo(m, interval=4, fragments=2, overlap_steps=1)
+    for _ in range(2):
+        d.step()
+    d2 = trickle.DiLoCo(m, interval=4, fragments=2, overlap_steps=1, broadcast_initial=False)
+    d2.load_state_dict(d.state_dict())
+    assert d2.stats == d.stats
+    # Bad streaming options are refused with the library's messages.
+    for kw, words in ((dict(fragments=0), ("fragments must be >= 1",)),
+                      (dict(fragments=5), ("5 fragments", "only 4 tensors")),
+                      (dict(fragment_tensors=[1, 2]), ("sums to 3 tensors", "has 4")),
+                      (dict(fragments=3, fragment_tensors=[2, 2]), ("fragment_tensors lists 2",)),
+                      (dict(fragment_tensors=[4, 0]), ("must be >= 1",)),
+                      (dict(overlap_steps=4), ("overlap_steps (tau) must be < interval",)),
+                      (dict(mix=1.5), ("mix must be in [0, 1]",)),
+                      (dict(fragment_tensors=[2, -2]), ("fragment_tensors[] must be in",))):
+        expect_raises(ValueError, lambda: trickle.DiLoCo(m, interval=4, **kw), *words)
+    expect_raises(TypeError, lambda: trickle.DiLoCo(m, fragment_tensors="2,2"), "fragment_tensors must be a list")
+    expect_raises(TypeError, lambda: trickle.DiLoCo(m, fragment_tensors=[2, 2.0]), "must be an int")
+    expect_raises(TypeError, lambda: trickle.DiLoCo(m, mix="0.5"), "mix must be a number")
+
+
+def test_group_stats_and_set_weight():
+    params = [("f32", torch.randn(30)), ("bf16", torch.randn(20).to(torch.bfloat16)), ("f32b", torch.randn(6))]
+    s = trickle.SPARTA(params, fraction=0.5, sampler="permutation")
+    for _ in range(3):
+        s.step()
+    gs = s.group_stats
+    assert len(gs) == 2 and all(isinstance(x, trickle.Stats) for x in gs), gs
+    assert [x.last_values for x in gs] == [18, 10], gs  # ceil(0.5 n) per group: 36 and 20 elements
+    total = s.stats
+    assert all(x.steps == total.steps == 3 for x in gs) and [x.exchanges for x in gs] == [3, 3], (gs, total)
+    for k in ("exchanges", "values", "calls", "bytes_sent", "dense_bytes", "initial_bytes_sent"):  # sums
+        assert sum(x[k] for x in gs) == total[k], (k, gs, total)
+    b = trickle.SPARTADiLoCo(params, fraction=0.5, interval=3)
+    for _ in range(6):
+        b.step()
+    assert [x.exchanges for x in b.sparse_group_stats] == [4, 4] and [x.exchanges for x in b.outer_group_stats] == [2, 2]
+    assert sum(x.values for x in b.sparse_group_stats) == b.sparse_stats.values
+    assert sum(x.values for x in b.outer_group_stats) == b.outer_stats.values
+    # set_weight: DiLoCo and SPARTA + DiLoCo; local, finite and >= 0.
+    d = trickle.DiLoCo(make_model(), interval=2)
+    d.set_weight(3.5)
+    b.set_weight(0.0)
+    d.step()
+    d.step()
+    expect_raises(ValueError, lambda: d.set_weight(-1.0), "weight must be finite and >= 0")
+    expect_raises(ValueError, lambda: d.set_weight(float("nan")), "weight")
+    expect_raises(TypeError, lambda: d.set_weight("2"), "must be a number")
+    assert not hasattr(s, "set_weight")
+
+
 TESTS_BEFORE_INIT = [test_not_initialized_is_a_clear_error]
+def test_build_info():
+    info = trickle.build_info()
+    assert torch.__version__.startswith(info["torch"]), (info, torch.__version__)
+    assert info["cuda"] is False and info["cuda_version"] is None and info["gloo"] is True, info
+    assert info["cplusplus"] >= 202002, info
+    assert info["trickle"].count(".") == 1, info
+    info["cuda"] = True  # a copy: the module's own is unchanged
+    assert trickle.build_info()["cuda"] is False
+    # A meta tensor stands for a device tensor on a machine without one: refused, saying how.
+    expect_raises(ValueError, lambda: trickle.SPARTA([torch.zeros(3, device="meta")]), "CPU tensors only",
+                  "build_info()['cuda'] is False")
+
+
 TESTS = [
     test_names_and_signatures,
     test_sparta_steps_and_stats,
     test_stats_object,
+    test_hooks,
     test_diloco_and_sparta_diloco,
     test_model_forms,
     test_bad_arguments,
@@ -288,6 +739,12 @@ TESTS = [
     test_autograd_rule,
     test_state_dict_file_round_trip,
     test_sub_group_of_one,
+    test_outer_lr_schedules,
+    test_sparsifiers,
+    test_native_codec,
+    test_streaming_diloco,
+    test_group_stats_and_set_weight,
+    test_build_info,
 ]
 
 

@@ -3,7 +3,7 @@
     build/pyenv/bin/python tests/python/test_registry.py
 
 The package's lists of names (trickle.SAMPLERS, SCHEDULES, TOPOLOGIES, CODECS,
-OUTER_OPTIMIZERS) are the C++ registries (include/trickle/*/registry.hpp) as the extension
+OUTER_OPTIMIZERS; SPARSIFIERS, the package's list of the C++ sparsifiers) are the C++ registries (include/trickle/*/registry.hpp) as the extension
 hands them over; each name is accepted by the algorithm that takes it, builds and steps,
 and reaches a distinct C++ policy: a state saved under one name loads under the same name
 and is refused (as another configuration) under every other. Exits non-zero when a test
@@ -41,6 +41,7 @@ FAMILIES = {
     "topology": ("topology", trickle.SPARTA, trickle.TOPOLOGIES),
     "codec": ("codec", trickle.SPARTA, trickle.CODECS),
     "outer": ("outer", trickle.DiLoCo, trickle.OUTER_OPTIMIZERS),
+    "sparsifier": ("outer_sparsifier", trickle.DiLoCo, trickle.SPARSIFIERS),
 }
 
 
@@ -78,7 +79,7 @@ def test_names_are_the_registries():
     assert "CODECS" in trickle.__all__
     # The built-in policies are there, spelled as the C++ policies spell them.
     for family, name in [("codec", "fp8_e4m3"), ("topology", "all_reduce"), ("schedule", "piecewise"),
-                         ("sampler", "layerwise"), ("outer", "nesterov")]:
+                         ("sampler", "layerwise"), ("outer", "nesterov"), ("sparsifier", "chunk_topk")]:
         assert name in _C.registry[family], (family, name)
 
 
@@ -138,12 +139,63 @@ def test_keywords_apply_to_the_policies_that_take_them():
             trickle.SPARTA(m, schedule=name, warmup_steps=3, **extra_options("schedule", name)).step()
 
 
+def test_outer_lr_schedules_by_name():
+    # Every registered schedule is an outer lr schedule of every optimizer with a learning
+    # rate (those whose policy_options list outer_lr_schedule), each a distinct configuration;
+    # an optimizer without one refuses any schedule but constant.
+    m = make_model()
+    with_lr = [n for n in trickle.OUTER_OPTIMIZERS if "outer_lr_schedule" in _C.policy_options["outer"][n]]
+    assert with_lr == [n for n in trickle.OUTER_OPTIMIZERS if "outer_lr" in _C.policy_options["outer"][n]], with_lr
+    assert "average" not in with_lr and "nesterov" in with_lr, with_lr
+
+    def lr_options(name):
+        return {"outer_lr_" + k: v for k, v in extra_options("schedule", name).items()}
+
+    for outer in with_lr:
+        states = {}
+        for name in trickle.SCHEDULES:
+            a = trickle.DiLoCo(m, interval=1, outer=outer, outer_lr_schedule=name, broadcast_initial=False,
+                               **lr_options(name))
+            for _ in range(2):
+                a.step()
+            assert a.stats.exchanges == 2 and a.options["outer_lr_schedule"] == name, (outer, name, a.stats)
+            states[name] = a.state_dict()
+        b = trickle.DiLoCo(m, interval=1, outer=outer, outer_lr_schedule="cosine", broadcast_initial=False)
+        for name in trickle.SCHEDULES:
+            if name != "cosine":
+                expect_raises(ValueError, lambda: b.load_state_dict(states[name]), "different configuration")
+        b.load_state_dict(states["cosine"])
+    for outer in trickle.OUTER_OPTIMIZERS:
+        if outer in with_lr:
+            continue
+        trickle.DiLoCo(m, outer=outer, outer_lr_schedule="constant").step()
+        for name in trickle.SCHEDULES:
+            if name != "constant":
+                expect_raises(ValueError, lambda: trickle.DiLoCo(m, outer=outer, outer_lr_schedule=name,
+                                                                 **lr_options(name)), "no learning rate to schedule")
+
+
+def test_native_is_a_codec_name_everywhere():
+    m = make_model()
+    assert "native" not in trickle.CODECS  # not a registered codec: resolved per parameter group
+    for a in (trickle.SPARTA(m, codec="native"), trickle.DiLoCo(m, interval=1, outer_codec="native"),
+              trickle.SPARTADiLoCo(m, interval=2, codec="native", outer_codec="native")):
+        for _ in range(2):
+            a.step()
+        assert a.stats.steps == 2
+    e = expect_raises(ValueError, lambda: trickle.SPARTA(m, codec="fp64"), "unknown codec 'fp64'")
+    assert ", ".join(trickle.CODECS + ("native",)) in str(e), str(e)
+    expect_raises(ValueError, lambda: trickle.DiLoCo(m, outer_codec="fp64"), "unknown outer_codec", "native")
+
+
 TESTS = [
     test_names_are_the_registries,
     test_every_name_builds_and_steps,
     test_every_name_is_a_distinct_policy_in_cpp,
     test_unknown_names_list_the_registered_ones,
     test_keywords_apply_to_the_policies_that_take_them,
+    test_outer_lr_schedules_by_name,
+    test_native_is_a_codec_name_everywhere,
 ]
 
 

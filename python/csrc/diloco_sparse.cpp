@@ -1,0 +1,12 @@
+// python/csrc/diloco_sparse.cpp: trickle.DiLoCo with the outer gradient through a
+// sparsifier (outer_sparsifier=), one instantiation per outer optimizer.
+#include "common.hpp"
+
+namespace trickle_py {
+
+std::unique_ptr<algorithm_base> diloco_sparsified(trickle::comm::process_group& comm, const named_tensors& params,
+                                                  const diloco_config& c) {
+    return build_diloco(comm, params, c, *c.wire.sparse);
+}
+
+} // namespace trickle_py

@@ -1,0 +1,473 @@
+# Type stubs of the trickle package: every class, keyword argument (with its type and
+# default), property and function an editor or a type checker should see. The runtime
+# signatures are built in trickle/_algorithms.py (_signature); tests/python/test_stubs.py
+# checks that these stubs list the same keyword arguments, defaults, members, docstrings
+# and names, so that they cannot drift.
+
+from typing import Any, Callable, Dict, Iterator, List, Literal, Mapping, Optional, Sequence, Tuple, Union
+
+import torch
+from torch.distributed import ProcessGroup, Store
+
+__version__: str
+
+# The registered policy names (the C++ registries, include/trickle/*/registry.hpp), and
+# "native" for the codecs (each parameter group in its own dtype).
+SamplerName = Literal['uniform', 'permutation', 'block', 'layerwise']
+ScheduleName = Literal['constant', 'linear', 'cosine', 'piecewise']
+TopologyName = Literal['all_reduce', 'ring', 'gossip', 'exponential', 'islands']
+CodecName = Literal['fp32', 'bf16', 'fp16', 'fp8_e4m3', 'fp8_e5m2', 'fp8_block', 'int8', 'int4', 'sign2', 'native']
+OuterName = Literal['sgd', 'momentum', 'nesterov', 'adam', 'average']
+SparsifierName = Literal['chunk_topk', 'random_k']
+LayerwiseMode = Literal['per_tensor', 'rotating']
+
+SAMPLERS: Tuple[str, ...]
+SCHEDULES: Tuple[str, ...]
+TOPOLOGIES: Tuple[str, ...]
+CODECS: Tuple[str, ...]
+OUTER_OPTIMIZERS: Tuple[str, ...]
+SPARSIFIERS: Tuple[str, ...]
+STATE_FORMAT: str
+
+# What an algorithm takes as its model: an nn.Module (its named_parameters()), a tensor, a
+# mapping name -> tensor, or an iterable of tensors or (name, tensor) pairs.
+Model = Union[
+    torch.nn.Module,
+    torch.Tensor,
+    Mapping[str, torch.Tensor],
+    Sequence[torch.Tensor],
+    Sequence[Tuple[str, torch.Tensor]],
+    Iterator[torch.Tensor],
+]
+
+Hook = Callable[[int, "Stats"], Any]
+
+class MismatchError(ValueError):
+    """Workers disagree about the configuration, the model's parameters, or a checkpoint (a ValueError). Raised on every worker at once."""
+
+class CommError(RuntimeError):
+    """A collective operation failed: a peer left, a timeout, or ranks that called differently."""
+
+class Stats:
+    """One worker's traffic account (trickle::exchange_stats), read-only.
+
+    Fields (attributes, and keys: stats["bytes_sent"]; dict(stats) and stats.as_dict() give
+    a plain dict, in this order):
+      steps, exchanges          step() calls, and those that communicated
+      values                    values this worker put on the wire, over all exchanges
+      bytes_sent, bytes_received, calls    over all exchanges
+      last_bytes_sent, last_bytes_received, last_calls, last_values   the latest exchange
+      dense_bytes               what a dense fp32 all-reduce of all parameters at every
+                                step would have sent, under the same cost model
+      reduction                 dense_bytes / bytes_sent (0.0 before anything was sent)
+      initial_bytes_sent, initial_bytes_received, initial_calls   the initial broadcast at
+                                construction (not part of the totals above)
+      code_bytes_sent, scale_bytes_sent, index_bytes_sent, padding_bytes_sent
+                                bytes_sent by part: codes (plain fp32 values too), per-block
+                                scales (and DiLoCo's weight sum, when the outer gradient is
+                                encoded), a sparsifier's indices, and padding; they sum to
+                                bytes_sent
+    Every field is an int but reduction (a float). repr() shows every field; str() is a
+    short progress line. Stats(mapping) or Stats(**fields) builds one (every field needed).
+    Not a Mapping subclass on purpose: `values` is a field, not Mapping.values().
+    """
+
+    FIELDS: Tuple[str, ...]
+    steps: int
+    exchanges: int
+    values: int
+    bytes_sent: int
+    bytes_received: int
+    calls: int
+    last_bytes_sent: int
+    last_bytes_received: int
+    last_calls: int
+    last_values: int
+    dense_bytes: int
+    reduction: float
+    initial_bytes_sent: int
+    initial_bytes_received: int
+    initial_calls: int
+    code_bytes_sent: int
+    scale_bytes_sent: int
+    index_bytes_sent: int
+    padding_bytes_sent: int
+    def __init__(self, fields: Optional[Mapping[str, Union[int, float]]] = None, /, **kwargs: Union[int, float]) -> None:
+        """Stats(mapping) or Stats(**fields): every field is needed."""
+    def keys(self) -> Tuple[str, ...]:
+        """The field names, in order (so that dict(stats) works)."""
+    def as_dict(self) -> Dict[str, Union[int, float]]:
+        """The fields as a plain dict (for loggers: wandb.log(stats.as_dict()))."""
+    def __getitem__(self, key: str) -> Union[int, float]:
+        """A field by name: stats["bytes_sent"]."""
+    def __iter__(self) -> Iterator[str]:
+        """The field names."""
+    def __len__(self) -> int:
+        """The number of fields."""
+    def __contains__(self, key: object) -> bool:
+        """Whether key is a field name."""
+
+class HookHandle:
+    """What add_hook() returns: remove() unregisters the hook (a second call does nothing).
+    Also a context manager: `with algo.add_hook(fn): ...` removes the hook on exit.
+    """
+
+    id: int
+    def remove(self) -> None:
+        """Unregisters the hook; nothing happens if it is already removed (or its algorithm gone)."""
+    @property
+    def active(self) -> bool:
+        """Whether the hook is still registered."""
+    def __enter__(self) -> "HookHandle":
+        """The handle itself."""
+    def __exit__(self, *exc: object) -> None:
+        """Removes the hook."""
+
+class Elastic:
+    """An elastic DiLoCo worker's place: the store holding the view, this worker's stable id (>= 0), how many workers form the first epoch, the timeout in seconds, the job name (a prefix of the store's keys) and liveness in seconds (0: off). See trickle/_elastic.py and docs/elastic.md."""
+
+    store: Store
+    id: int
+    initial: int
+    timeout: float
+    job: str
+    liveness: float
+    def __init__(self, store: Store, id: int, initial: int, timeout: float = 10.0, job: str = "trickle",
+                 liveness: float = 0.0) -> None:
+        """Checks the arguments (TypeError / ValueError) and keeps them."""
+
+def build_info() -> Dict[str, Any]:
+    """What this trickle extension was built with: trickle's and torch's versions, the C++ compiler and standard, whether it has CUDA and NCCL support."""
+
+def connect_store(host: str, port: int, timeout: float = 30.0) -> Store:
+    """A client of the TCPStore at host:port; raises RuntimeError naming the address when no store answers within `timeout` seconds."""
+
+class _Algorithm:
+    def step(self) -> None:
+        """Collective: call on every worker after every optimizer.step(), never between a forward pass and its backward; then calls the hooks due at this step."""
+    def add_hook(self, fn: Hook, *, every: int = 1) -> HookHandle:
+        """Registers fn(step, stats), called on this worker after every `every`-th step(); returns a HookHandle (remove(), or a context manager). A hook's exception propagates from step() after the step completed."""
+    def state_dict(self) -> Dict[str, Any]:
+        """This worker's algorithm state (not the model's parameters), for torch.save."""
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Collective: restores a state_dict() of the same algorithm and configuration; raises on every worker alike, changing nothing, if any worker's state is unusable."""
+    @property
+    def stats(self) -> Stats:
+        """This worker's traffic account, summed over the parameter groups."""
+    @property
+    def group_stats(self) -> List[Stats]:
+        """Each parameter group's account (the order of `groups`)."""
+    @property
+    def groups(self) -> List[Dict[str, Any]]:
+        """The parameter groups, one per dtype: dtype, device, names, elements."""
+    @property
+    def options(self) -> Dict[str, Any]:
+        """The options this object was built with (as passed to the C++ side)."""
+    @property
+    def collectives(self) -> int:
+        """The collectives this worker's communicator started so far (construction included; 0 over trickle.Elastic); a SPARTA exchange over a small model is one."""
+    @property
+    def group(self) -> Optional[ProcessGroup]:
+        """The torch.distributed process group (None for an elastic worker)."""
+    @property
+    def membership(self) -> Dict[str, Any]:
+        """Over trickle.Elastic: the view and what changed it (epoch, workers, quorum, changes, joined, left, joins_refused, rounds_retried, rounds_below_quorum, state_bytes, wait_seconds)."""
+    @property
+    def rank(self) -> int:
+        """This worker's rank in the group (over trickle.Elastic: in the current view)."""
+    @property
+    def world_size(self) -> int:
+        """The number of workers (over trickle.Elastic: in the current view)."""
+
+class SPARTA(_Algorithm):
+    """SPARTA: after every `interval`-th step, all workers average the same random `fraction`
+    of the parameters (chosen from the shared seed; only values travel).
+
+    trickle.SPARTA(model, **options); model: an nn.Module (its named_parameters()), a mapping
+    name -> tensor, a tensor, or an iterable of tensors or (name, tensor) pairs; CPU tensors
+    of dtype float32, float16 or bfloat16, contiguous. The names in the option lists are
+    trickle.SAMPLERS, SCHEDULES, TOPOLOGIES and CODECS (read from the C++ registries), and
+    "native" for codec. A keyword of a policy other than the chosen one (block_size with
+    sampler="uniform", say) is ignored; points and warmup_steps where they cannot apply are
+    refused. Options (keyword only):
+      fraction=0.005: base fraction of the parameters averaged per exchange, in (0, 1]
+      interval=1: exchange after every interval-th step
+      sampler='uniform': which positions: uniform | permutation | block | layerwise
+      block_size=256: block sampler: values per aligned block
+      layerwise_mode='per_tensor': layerwise sampler: per_tensor (every tensor its share) | rotating (contiguous windows)
+      schedule='constant': fraction schedule: constant | linear | cosine | piecewise
+      end_fraction=0.001: linear / cosine: the fraction reached after schedule_steps steps
+      schedule_steps=1000: linear / cosine: steps from fraction to end_fraction
+      points=None: piecewise: [(step, fraction), ...], steps strictly increasing
+      warmup_steps=0: a linear ramp from warmup_start_fraction over this many steps (0: none)
+      warmup_start_fraction=0.05: where the warm-up starts
+      codec='fp32': SPARTA's values on the wire: fp32 | bf16 | fp16 | fp8_e4m3 | fp8_e5m2 | fp8_block | int8 | int4 | sign2 | native
+      seed=0: shared seed of the random choices (the same on every worker)
+      topology='all_reduce': how values are combined: all_reduce | ring | gossip | exponential | islands
+      island_size=2: islands topology: workers per island
+      broadcast_initial=True: at construction, give every worker rank 0's parameters
+      codec_block=64: values per scale of the block codecs (fp8_block, int8, int4, sign2)
+      stochastic_rounding=False: round with the shared Philox stream instead of to nearest (int8, int4, sign2)
+      group=None: the torch.distributed process group (None: the default group)
+
+    Methods: step(), add_hook(fn, every=1), state_dict(), load_state_dict(state).
+    Properties: stats, group_stats, groups, options, group, rank, world_size.
+    """
+
+    def __init__(
+        self,
+        model: Model,
+        *,
+        fraction: float = 0.005,
+        interval: int = 1,
+        sampler: SamplerName = 'uniform',
+        block_size: int = 256,
+        layerwise_mode: LayerwiseMode = 'per_tensor',
+        schedule: ScheduleName = 'constant',
+        end_fraction: float = 0.001,
+        schedule_steps: int = 1000,
+        points: Optional[Sequence[Tuple[int, float]]] = None,
+        warmup_steps: int = 0,
+        warmup_start_fraction: float = 0.05,
+        codec: CodecName = 'fp32',
+        seed: int = 0,
+        topology: TopologyName = 'all_reduce',
+        island_size: int = 2,
+        broadcast_initial: bool = True,
+        codec_block: int = 64,
+        stochastic_rounding: bool = False,
+        group: Optional[ProcessGroup] = None,
+    ) -> None:
+        """Builds the algorithm over `model` (collective: every worker, the same options); see the class docstring."""
+
+class DiLoCo(_Algorithm):
+    """DiLoCo: workers train alone for `interval` steps (H), then one outer-optimizer step on
+    the averaged parameter change (the outer gradient).
+
+    trickle.DiLoCo(model, **options); model as for trickle.SPARTA. The outer gradient travels
+    through outer_codec, or through outer_sparsifier (its values through outer_codec). An
+    outer learning-rate schedule multiplies outer_lr at outer step t by the schedule's
+    fraction at t - 1 (outer::lr_scheduled). fragments / fragment_tensors / overlap_steps /
+    mix make it Streaming DiLoCo (docs/streaming.md). Options (keyword only):
+      interval=500: H: an outer step after every H-th step
+      outer='nesterov': outer optimizer: sgd | momentum | nesterov | adam | average
+      outer_lr=None: the outer learning rate (None: the optimizer's default; sgd 1.0, momentum/nesterov 0.7, adam 1e-3)
+      momentum=None: momentum / nesterov: the momentum (None: 0.9)
+      betas=(0.9, 0.999): adam: (beta1, beta2)
+      eps=1e-08: adam: epsilon
+      outer_lr_schedule='constant': outer learning-rate schedule, a multiplier of outer_lr in (0, 1] at each outer step: constant | linear | cosine | piecewise (constant: none)
+      outer_lr_end_fraction=0.1: linear / cosine lr schedule: the multiplier reached after outer_lr_schedule_steps
+      outer_lr_schedule_steps=100: linear / cosine lr schedule: outer steps from 1 to outer_lr_end_fraction
+      outer_lr_points=None: piecewise lr schedule: [(k, multiplier), ...], k = outer step - 1 (from 0), increasing
+      outer_lr_warmup_steps=0: a linear ramp of the multiplier over this many outer steps (0: none)
+      outer_lr_warmup_start_fraction=0.05: the multiplier the lr warm-up starts from
+      weight=1.0: this worker's weight in the average (e.g. its shard size); set_weight() changes it later
+      drop_probability=0.0: each worker's contribution to an outer step is dropped with this probability, in [0, 1)
+      prune_fraction=0.0: zero this fraction of each tensor's outer gradient, smallest magnitudes first, in [0, 1)
+      outer_codec='fp32': the outer gradient on the wire: fp32 | bf16 | fp16 | fp8_e4m3 | fp8_e5m2 | fp8_block | int8 | int4 | sign2 | native
+      error_feedback=0.0: beta in [0, 1]: resend beta x the last outer gradient's compression error
+      outer_sparsifier=None: None | chunk_topk | random_k: send only part of the outer gradient (values through outer_codec; needs topology='all_reduce')
+      sparse_chunk=64: chunk_topk: values per chunk
+      sparse_k=4: chunk_topk: values kept per chunk (largest magnitudes), 1 <= sparse_k <= sparse_chunk
+      sparse_fraction=0.01: random_k: fraction of the values kept, in (0, 1] (shared positions, no index sent)
+      fragments=1: Streaming DiLoCo: F fragments cut at tensor boundaries, their outer steps staggered over the round
+      fragment_tensors=None: Streaming DiLoCo: tensors per fragment, in order (None: F fragments balanced by size)
+      overlap_steps=0: Streaming DiLoCo: tau in [0, interval), the inner steps before a fragment's average is applied
+      mix=0.0: Streaming DiLoCo: alpha in [0, 1], a late average merged as alpha x local + (1 - alpha) x global
+      elastic=None: a trickle.Elastic instead of group: workers are processes that may die and join
+      min_workers=1: with elastic: the quorum below which outer steps are skipped
+      seed=0: shared seed of the random choices (the same on every worker)
+      topology='all_reduce': how values are combined: all_reduce | ring | gossip | exponential | islands
+      island_size=2: islands topology: workers per island
+      broadcast_initial=True: at construction, give every worker rank 0's parameters
+      codec_block=64: values per scale of the block codecs (fp8_block, int8, int4, sign2)
+      stochastic_rounding=False: round with the shared Philox stream instead of to nearest (int8, int4, sign2)
+      group=None: the torch.distributed process group (None: the default group)
+
+    Methods: step(), add_hook(fn, every=1), set_weight(w), state_dict(), load_state_dict(state).
+    Properties: stats, group_stats, groups, options, group, rank, world_size, membership.
+    """
+
+    def __init__(
+        self,
+        model: Model,
+        *,
+        interval: int = 500,
+        outer: OuterName = 'nesterov',
+        outer_lr: Optional[float] = None,
+        momentum: Optional[float] = None,
+        betas: Tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-08,
+        outer_lr_schedule: ScheduleName = 'constant',
+        outer_lr_end_fraction: float = 0.1,
+        outer_lr_schedule_steps: int = 100,
+        outer_lr_points: Optional[Sequence[Tuple[int, float]]] = None,
+        outer_lr_warmup_steps: int = 0,
+        outer_lr_warmup_start_fraction: float = 0.05,
+        weight: float = 1.0,
+        drop_probability: float = 0.0,
+        prune_fraction: float = 0.0,
+        outer_codec: CodecName = 'fp32',
+        error_feedback: float = 0.0,
+        outer_sparsifier: Optional[SparsifierName] = None,
+        sparse_chunk: int = 64,
+        sparse_k: int = 4,
+        sparse_fraction: float = 0.01,
+        fragments: int = 1,
+        fragment_tensors: Optional[Sequence[int]] = None,
+        overlap_steps: int = 0,
+        mix: float = 0.0,
+        elastic: Optional[Elastic] = None,
+        min_workers: int = 1,
+        seed: int = 0,
+        topology: TopologyName = 'all_reduce',
+        island_size: int = 2,
+        broadcast_initial: bool = True,
+        codec_block: int = 64,
+        stochastic_rounding: bool = False,
+        group: Optional[ProcessGroup] = None,
+    ) -> None:
+        """Builds the algorithm over `model` (collective: every worker, the same options); see the class docstring."""
+    def set_weight(self, weight: float) -> None:
+        """This worker's weight in the coming outer steps (finite, >= 0); local."""
+
+class SPARTADiLoCo(_Algorithm):
+    """SPARTA inside DiLoCo's rounds: SPARTA every `sparta_interval` steps, an outer step
+    every `interval` steps (at a step that ends a round, only the outer step runs). Takes
+    SPARTA's and DiLoCo's options (interval is DiLoCo's H). stats is the sum of both parts;
+    sparse_stats and outer_stats are each part's (the initial broadcast is on the DiLoCo
+    part). Options (keyword only):
+      fraction=0.005: base fraction of the parameters averaged per exchange, in (0, 1]
+      interval=500: H: an outer step after every H-th step
+      sampler='uniform': which positions: uniform | permutation | block | layerwise
+      block_size=256: block sampler: values per aligned block
+      layerwise_mode='per_tensor': layerwise sampler: per_tensor (every tensor its share) | rotating (contiguous windows)
+      schedule='constant': fraction schedule: constant | linear | cosine | piecewise
+      end_fraction=0.001: linear / cosine: the fraction reached after schedule_steps steps
+      schedule_steps=1000: linear / cosine: steps from fraction to end_fraction
+      points=None: piecewise: [(step, fraction), ...], steps strictly increasing
+      warmup_steps=0: a linear ramp from warmup_start_fraction over this many steps (0: none)
+      warmup_start_fraction=0.05: where the warm-up starts
+      codec='fp32': SPARTA's values on the wire: fp32 | bf16 | fp16 | fp8_e4m3 | fp8_e5m2 | fp8_block | int8 | int4 | sign2 | native
+      sparta_interval=1: the SPARTA part exchanges after every sparta_interval-th step
+      outer='nesterov': outer optimizer: sgd | momentum | nesterov | adam | average
+      outer_lr=None: the outer learning rate (None: the optimizer's default; sgd 1.0, momentum/nesterov 0.7, adam 1e-3)
+      momentum=None: momentum / nesterov: the momentum (None: 0.9)
+      betas=(0.9, 0.999): adam: (beta1, beta2)
+      eps=1e-08: adam: epsilon
+      outer_lr_schedule='constant': outer learning-rate schedule, a multiplier of outer_lr in (0, 1] at each outer step: constant | linear | cosine | piecewise (constant: none)
+      outer_lr_end_fraction=0.1: linear / cosine lr schedule: the multiplier reached after outer_lr_schedule_steps
+      outer_lr_schedule_steps=100: linear / cosine lr schedule: outer steps from 1 to outer_lr_end_fraction
+      outer_lr_points=None: piecewise lr schedule: [(k, multiplier), ...], k = outer step - 1 (from 0), increasing
+      outer_lr_warmup_steps=0: a linear ramp of the multiplier over this many outer steps (0: none)
+      outer_lr_warmup_start_fraction=0.05: the multiplier the lr warm-up starts from
+      weight=1.0: this worker's weight in the average (e.g. its shard size); set_weight() changes it later
+      drop_probability=0.0: each worker's contribution to an outer step is dropped with this probability, in [0, 1)
+      prune_fraction=0.0: zero this fraction of each tensor's outer gradient, smallest magnitudes first, in [0, 1)
+      outer_codec='fp32': the outer gradient on the wire: fp32 | bf16 | fp16 | fp8_e4m3 | fp8_e5m2 | fp8_block | int8 | int4 | sign2 | native
+      error_feedback=0.0: beta in [0, 1]: resend beta x the last outer gradient's compression error
+      outer_sparsifier=None: None | chunk_topk | random_k: send only part of the outer gradient (values through outer_codec; needs topology='all_reduce')
+      sparse_chunk=64: chunk_topk: values per chunk
+      sparse_k=4: chunk_topk: values kept per chunk (largest magnitudes), 1 <= sparse_k <= sparse_chunk
+      sparse_fraction=0.01: random_k: fraction of the values kept, in (0, 1] (shared positions, no index sent)
+      fragments=1: Streaming DiLoCo: F fragments cut at tensor boundaries, their outer steps staggered over the round
+      fragment_tensors=None: Streaming DiLoCo: tensors per fragment, in order (None: F fragments balanced by size)
+      overlap_steps=0: Streaming DiLoCo: tau in [0, interval), the inner steps before a fragment's average is applied
+      mix=0.0: Streaming DiLoCo: alpha in [0, 1], a late average merged as alpha x local + (1 - alpha) x global
+      seed=0: shared seed of the random choices (the same on every worker)
+      topology='all_reduce': how values are combined: all_reduce | ring | gossip | exponential | islands
+      island_size=2: islands topology: workers per island
+      broadcast_initial=True: at construction, give every worker rank 0's parameters
+      codec_block=64: values per scale of the block codecs (fp8_block, int8, int4, sign2)
+      stochastic_rounding=False: round with the shared Philox stream instead of to nearest (int8, int4, sign2)
+      group=None: the torch.distributed process group (None: the default group)
+
+    Methods: step(), add_hook(fn, every=1), set_weight(w), state_dict(), load_state_dict(state).
+    Properties: stats, sparse_stats, outer_stats, group_stats, sparse_group_stats,
+    outer_group_stats, groups, options, group, rank, world_size.
+    """
+
+    def __init__(
+        self,
+        model: Model,
+        *,
+        fraction: float = 0.005,
+        interval: int = 500,
+        sampler: SamplerName = 'uniform',
+        block_size: int = 256,
+        layerwise_mode: LayerwiseMode = 'per_tensor',
+        schedule: ScheduleName = 'constant',
+        end_fraction: float = 0.001,
+        schedule_steps: int = 1000,
+        points: Optional[Sequence[Tuple[int, float]]] = None,
+        warmup_steps: int = 0,
+        warmup_start_fraction: float = 0.05,
+        codec: CodecName = 'fp32',
+        sparta_interval: int = 1,
+        outer: OuterName = 'nesterov',
+        outer_lr: Optional[float] = None,
+        momentum: Optional[float] = None,
+        betas: Tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-08,
+        outer_lr_schedule: ScheduleName = 'constant',
+        outer_lr_end_fraction: float = 0.1,
+        outer_lr_schedule_steps: int = 100,
+        outer_lr_points: Optional[Sequence[Tuple[int, float]]] = None,
+        outer_lr_warmup_steps: int = 0,
+        outer_lr_warmup_start_fraction: float = 0.05,
+        weight: float = 1.0,
+        drop_probability: float = 0.0,
+        prune_fraction: float = 0.0,
+        outer_codec: CodecName = 'fp32',
+        error_feedback: float = 0.0,
+        outer_sparsifier: Optional[SparsifierName] = None,
+        sparse_chunk: int = 64,
+        sparse_k: int = 4,
+        sparse_fraction: float = 0.01,
+        fragments: int = 1,
+        fragment_tensors: Optional[Sequence[int]] = None,
+        overlap_steps: int = 0,
+        mix: float = 0.0,
+        seed: int = 0,
+        topology: TopologyName = 'all_reduce',
+        island_size: int = 2,
+        broadcast_initial: bool = True,
+        codec_block: int = 64,
+        stochastic_rounding: bool = False,
+        group: Optional[ProcessGroup] = None,
+    ) -> None:
+        """Builds the algorithm over `model` (collective: every worker, the same options); see the class docstring."""
+    def set_weight(self, weight: float) -> None:
+        """This worker's weight in the coming outer steps (finite, >= 0); local."""
+    @property
+    def sparse_stats(self) -> Stats:
+        """The SPARTA part's account, summed over the parameter groups."""
+    @property
+    def outer_stats(self) -> Stats:
+        """The DiLoCo part's account (with the initial broadcast), summed over the parameter groups."""
+    @property
+    def sparse_group_stats(self) -> List[Stats]:
+        """The SPARTA part's account of each parameter group."""
+    @property
+    def outer_group_stats(self) -> List[Stats]:
+        """The DiLoCo part's account of each parameter group."""
+
+__all__ = [
+    "SPARTA",
+    "DiLoCo",
+    "SPARTADiLoCo",
+    "Stats",
+    "HookHandle",
+    "MismatchError",
+    "CommError",
+    "Elastic",
+    "connect_store",
+    "SAMPLERS",
+    "SCHEDULES",
+    "TOPOLOGIES",
+    "CODECS",
+    "OUTER_OPTIMIZERS",
+    "SPARSIFIERS",
+    "STATE_FORMAT",
+    "build_info",
+]
