@@ -199,6 +199,12 @@ public:
         } else {
             if constexpr (!sparsified) parts = link_.take_sent();
         }
+        // Parts that are codes alone (a sparsifier's fp32 values through all_reduce_sum) are
+        // whatever the exchange sent besides the weight's sum: the communicator's count, not
+        // the ring cost model, which a communicator may beat (comm::process_group sends a
+        // small all-reduce as one all-gather).
+        if (summed_ && parts.scales == 0 && parts.indices == 0 && parts.padding == 0 && parts.codes != 0)
+            parts.codes = last.bytes_sent - side_bytes_;
         parts.scales += std::exchange(side_bytes_, 0);
         return parts;
     }
