@@ -1,11 +1,12 @@
 """A character-level language model trained on 4 workers with trickle (SPARTA, DiLoCo, or both).
 
-    torchrun --standalone --nproc_per_node 4 examples/python/train.py --steps 200 --algo sparta
-    torchrun --standalone --nproc_per_node 4 examples/python/train.py --steps 200 --algo diloco
-    torchrun --standalone --nproc_per_node 4 examples/python/train.py --steps 200 --algo sparta-diloco
+    torchrun --standalone --nproc_per_node 4 --redirects 2 --tee 2 examples/python/train.py --steps 200 --algo sparta
+    torchrun --standalone --nproc_per_node 4 --redirects 2 --tee 2 examples/python/train.py --steps 200 --algo diloco
+    torchrun --standalone --nproc_per_node 4 --redirects 2 --tee 2 examples/python/train.py --steps 200 --algo sparta-diloco
 
-Without torchrun (or with Debian 12's torch 1.13 under Python 3.11, whose torchrun needs
-`--redirects 2 --tee 2`), the repository's launcher starts the 4 workers the same way:
+(`--nproc_per_node`, and `--redirects 2 --tee 2`, which Debian 12's torch 1.13 needs under
+Python 3.11, work on torch 2.x as well.) Without torchrun, the repository's launcher starts
+the 4 workers the same way:
 
     python tests/python/launch.py --nproc 4 examples/python/train.py --steps 200 --algo sparta
 
