@@ -12,6 +12,10 @@
 
 #include <optional>
 
+#if !TRICKLE_HAS_TORCH_CUDA
+#error "process_group_cuda_compile.cpp: comm::process_group_cuda was not declared (TRICKLE_ENABLE_CUDA and a CUDA build of torch's headers are needed)"
+#endif
+
 void trickle_torch_process_group_cuda_wrappers(torch::nn::Module& m, const c10::intrusive_ptr<c10d::ProcessGroup>& pg) {
     trickle::comm::process_group_cuda c(pg, 0, std::nullopt,
                                         {.checks = trickle::comm::argument_checks::in_payload});

@@ -33,9 +33,11 @@
 #include <trickle/comm/communicator.hpp>
 #include <trickle/config.hpp>
 
-#if !TRICKLE_HAS_CUDA
-#error "trickle/torch/process_group_cuda.hpp needs trickle's CUDA support (TRICKLE_ENABLE_CUDA, or nvcc)"
-#endif
+// Declares nothing without trickle's CUDA support (TRICKLE_ENABLE_CUDA, or nvcc) and a
+// torch whose c10/cuda headers are complete (a CUDA build: PyPI's; Debian's CPU-only
+// libtorch-dev ships an incomplete c10/cuda), as comm/nccl.hpp declares nothing without NCCL.
+#if TRICKLE_HAS_CUDA && __has_include(<c10/cuda/impl/cuda_cmake_macros.h>)
+#define TRICKLE_HAS_TORCH_CUDA 1
 
 #include <trickle/core/memory_space.hpp>
 #include <trickle/error.hpp>
@@ -359,3 +361,5 @@ static_assert(byte_communicator<process_group_cuda>);
 } // namespace comm
 
 TRICKLE_NAMESPACE_END
+
+#endif // TRICKLE_HAS_CUDA && torch's c10/cuda headers
