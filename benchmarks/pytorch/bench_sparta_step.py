@@ -69,6 +69,8 @@ def main():
     ap.add_argument("--fraction", type=float, default=0.005)
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--json", default="")
+    ap.add_argument("--diloco", action="store_true",
+                    help="also time a DiLoCo outer step (interval=1: every step is one), fp32 and int8")
     args = ap.parse_args()
 
     dist.init_process_group("gloo")
@@ -103,6 +105,13 @@ def main():
     grads = torch.randn(n)
     t_dense = timed(lambda: dist.all_reduce(grads), args.iters)
 
+    t_outer = {}
+    if args.diloco:
+        for codec in ("fp32", "int8"):
+            d = trickle.DiLoCo(model, interval=1, outer_codec=codec, seed=1, broadcast_initial=False)
+            t_outer[codec] = timed(d.step, args.iters)
+            del d
+
     result = {
         "ranks": world,
         "parameters": n,
@@ -117,6 +126,7 @@ def main():
         "ddp_all_reduce_ms": t_dense,
         "values_per_exchange": sparta.stats.last_values,
         "trickle_collectives_per_step": collectives,
+        "diloco_outer_step_ms": t_outer,
         "trickle_bytes_per_step": trickle_bytes,
         "masked_bytes_per_step": masked_bytes(n, args.fraction, world, rank),
     }
@@ -131,6 +141,7 @@ def main():
             (f"dist.all_reduce of {sparta.stats.last_values} values", t_same, None),
             (f"DDP all-reduce of all {n} grads", t_dense, None),
         ]
+        rows += [(f"trickle.DiLoCo outer step, {c}", ms, None) for c, ms in t_outer.items()]
         for name, ms, b in rows:
             print(f"{name:<40}{ms:>10.2f}{ms / t_opt:>10.3f}{'' if b is None else f'{b:>14,.0f}'}")
         print(f"trickle collectives per SPARTA step: {collectives:g}")

@@ -75,6 +75,18 @@ TEST_CASE("process_group all_reduce_sum: comm::local's bits on every rank, by on
                 if (N >= 3 && n == 1001) CHECK(gathered[0] == (o.gather_extra_bytes != 0));
                 if (N == 4 && n == 20000 && o.gather_extra_bytes == 64 * 1024) CHECK(gathered[0] == 0);
                 if (N == 2 && n != 0) CHECK(gathered[0] == 1); // two ranks: the all-gather sends no more
+                // Past gather_max_bytes (1 MiB), even two ranks take the chunks.
+                if (N == 2 && n == 20000) {
+                    comm::process_group_options big = o;
+                    big.gather_max_bytes = 4 * 20000 - 1;
+                    require_ok(run_gloo(2, [&](comm::process_group& c) {
+                        if (c.all_reduce_gathers(20000)) throw std::logic_error("gathers past gather_max_bytes");
+                        auto v = inputs(c.rank(), 20000);
+                        c.all_reduce_sum(v.data(), 20000);
+                        if (!trickle_test::bitwise_equal(v, ref[static_cast<std::size_t>(c.rank())]))
+                            throw std::logic_error("chunks: other bits");
+                    }, big));
+                }
             }
         }
     }

@@ -54,8 +54,12 @@ struct process_group_options {
     // rank order) instead of a reduce-scatter and an all-gather (two all-to-alls) while
     // that sends at most this many bytes more per rank: always for two ranks (where both
     // send the same bytes), for small buffers otherwise, where latency rules. 0: only for
-    // two ranks.
+    // two ranks (within gather_max_bytes).
     std::size_t gather_extra_bytes = 64 * 1024;
+    // ...and while the buffer holds at most this many bytes: past it, the all-gather's
+    // staging (N blocks received, every one read by every rank) costs more memory traffic
+    // than the extra round trip saves, even for two ranks.
+    std::size_t gather_max_bytes = 1 << 20;
 };
 
 // A trickle::communicator over a c10d::ProcessGroup the trainer owns (in Python,
@@ -112,6 +116,7 @@ public:
     // Whether all_reduce_sum of n floats goes as one all-gather (see process_group_options);
     // the same answer on every rank that passes the same n.
     bool all_reduce_gathers(std::size_t n) const {
+        if (static_cast<std::uint64_t>(n) * sizeof(float) > options_.gather_max_bytes) return false;
         if (size_ <= 2) return true;
         const auto N = static_cast<std::uint64_t>(size_);
         // (N-1) n - 2 (N-1) n / N values more, in bytes: (N-1)(N-2) 4n / N.
