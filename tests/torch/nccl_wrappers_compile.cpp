@@ -4,15 +4,9 @@
 // lines provides the CUDA members at link time). process_group_cuda_compile.cpp does the
 // same for comm::process_group_cuda, which needs a CUDA build of torch's headers.
 #include <trickle/comm/nccl.hpp>
-#include <trickle/torch.hpp>
 
-#include <torch/torch.h>
+#include "device_wrappers.hpp"
 
 void trickle_torch_nccl_wrappers(torch::nn::Module& m, trickle::comm::nccl& c) {
-    trickle::torch::sparta<trickle::sampler::block> s(m, c, {.fraction = 0.01});
-    s.step();
-    trickle::torch::diloco<> d(m, c, {.interval = 10});
-    d.step();
-    trickle::torch::sparta_diloco<> both(m, c, {.fraction = 0.01}, {.interval = 10});
-    both.step();
+    trickle_step_device_wrappers<trickle::sampler::block>(m, c);
 }

@@ -8,7 +8,7 @@
 #include <trickle/torch.hpp>
 #include <trickle/torch/process_group_cuda.hpp>
 
-#include <torch/torch.h>
+#include "device_wrappers.hpp"
 
 #include <optional>
 
@@ -19,18 +19,9 @@
 void trickle_torch_process_group_cuda_wrappers(torch::nn::Module& m, const c10::intrusive_ptr<c10d::ProcessGroup>& pg) {
     trickle::comm::process_group_cuda c(pg, 0, std::nullopt,
                                         {.checks = trickle::comm::argument_checks::in_payload});
-    trickle::torch::sparta<trickle::sampler::block> s(m, c, {.fraction = 0.01});
-    s.step();
-    trickle::torch::diloco<> d(m, c, {.interval = 10});
-    d.step();
-    trickle::torch::sparta_diloco<> both(m, c, {.fraction = 0.01}, {.interval = 10});
-    both.step();
-    (void)s.own_state();
+    trickle_step_device_wrappers<trickle::sampler::block>(m, c);
     // The same wrappers over the communicator as a cuda_channel.
     trickle::comm::channel_of<trickle::comm::process_group_cuda> channel(c);
     trickle::comm::cuda_channel& any = channel;
-    trickle::torch::sparta<trickle::sampler::uniform> s2(m, any, {.fraction = 0.01});
-    s2.step();
-    trickle::torch::diloco<> d2(m, any, {.interval = 10});
-    d2.step();
+    trickle_step_device_wrappers<trickle::sampler::uniform>(m, any);
 }

@@ -266,8 +266,7 @@ private:
             std::memcpy(&h, static_cast<const unsigned char*>(base) + q * stride, header_bytes);
             return h;
         };
-        for (std::size_t q = 0; q < count; ++q)
-            if (at_rank(q).bad != 0) check_null(op, static_cast<std::int64_t>(at_rank(q).bad));
+        for (std::size_t q = 0; q < count; ++q) check_null(op, static_cast<std::int64_t>(at_rank(q).bad));
         const header first = at_rank(0);
         for (std::size_t q = 1; q < count; ++q) {
             const header h = at_rank(q);
@@ -281,7 +280,27 @@ private:
         }
     }
 
-    static void put_header(unsigned char* to, const header& h) { std::memcpy(to, &h, header_bytes); }
+    // A block of the payload: the header, then `bytes` of `from`, or zeros when the header
+    // flags a null pointer (the call is refused on every rank once the headers are read).
+    static void put_block(unsigned char* to, const header& h, const void* from, std::size_t bytes) {
+        std::memcpy(to, &h, header_bytes);
+        if (h.bad == 0)
+            std::memcpy(to + header_bytes, from, bytes);
+        else
+            std::memset(to + header_bytes, 0, bytes);
+    }
+
+    // out[i] = the sum over ranks q, in rank order as comm::local adds, of element i of the
+    // values after rank q's header at base + q * stride; for i < count.
+    static void sum_in_rank_order(float* out, const unsigned char* base, std::size_t stride, std::size_t ranks,
+                                  std::size_t count) {
+        auto values = [&](std::size_t q) { return reinterpret_cast<const float*>(base + q * stride + header_bytes); };
+        for (std::size_t i = 0; i < count; ++i) {
+            float acc = values(0)[i];
+            for (std::size_t q = 1; q < ranks; ++q) acc += values(q)[i];
+            out[i] = acc;
+        }
+    }
 
     // One all-gather of [header | values]; every rank adds all ranks' values in rank order.
     void reduce_by_gather(const header& mine, float* data, std::size_t n) {
@@ -289,21 +308,10 @@ private:
         const std::size_t block = header_bytes + n * sizeof(float);
         send_.resize(block);
         recv_.resize(N * block);
-        put_header(send_.data(), mine);
-        if (mine.bad == 0)
-            std::memcpy(send_.data() + header_bytes, data, n * sizeof(float));
-        else
-            std::memset(send_.data() + header_bytes, 0, n * sizeof(float));
+        put_block(send_.data(), mine, data, n * sizeof(float));
         gather_bytes("all_reduce_sum", send_.data(), recv_.data(), block);
         check_headers("all_reduce_sum", recv_.data(), block, N);
-        auto values = [&](std::size_t q) {
-            return reinterpret_cast<const float*>(recv_.data() + q * block + header_bytes);
-        };
-        for (std::size_t i = 0; i < n; ++i) {
-            float acc = values(0)[i];
-            for (std::size_t q = 1; q < N; ++q) acc += values(q)[i];
-            data[i] = acc;
-        }
+        sum_in_rank_order(data, recv_.data(), block, N, n);
     }
 
     // A reduce-scatter (each rank's pieces of my chunk, each after its sender's header)
@@ -319,11 +327,7 @@ private:
         for (int q = 0; q < size_; ++q) {
             const std::size_t c = detail::chunk_size(n, size_, q);
             send_splits[static_cast<std::size_t>(q)] = static_cast<std::int64_t>(header_bytes + c * sizeof(float));
-            put_header(out, mine_header);
-            if (mine_header.bad == 0)
-                std::memcpy(out + header_bytes, data + detail::chunk_begin(n, size_, q), c * sizeof(float));
-            else
-                std::memset(out + header_bytes, 0, c * sizeof(float));
+            put_block(out, mine_header, data + detail::chunk_begin(n, size_, q), c * sizeof(float));
             out += header_bytes + c * sizeof(float);
         }
         const auto bytes = at::TensorOptions().dtype(at::kByte);
@@ -339,12 +343,7 @@ private:
         check_headers("all_reduce_sum", recv_.data(), stride, N);
         // 2. The sum, in rank order, as comm::local adds.
         float* sum = data + mine_begin;
-        auto piece = [&](std::size_t q) { return reinterpret_cast<const float*>(recv_.data() + q * stride + header_bytes); };
-        for (std::size_t i = 0; i < mine; ++i) {
-            float acc = piece(0)[i];
-            for (std::size_t q = 1; q < N; ++q) acc += piece(q)[i];
-            sum[i] = acc;
-        }
+        sum_in_rank_order(sum, recv_.data(), stride, N, mine);
         // 3. My summed chunk to every rank (the same bits everywhere).
         scratch_.resize(N * mine);
         for (std::size_t q = 0; q < N; ++q)
@@ -427,13 +426,7 @@ private:
             const std::size_t blocks = to_all ? N : 1;
             send_.resize(blocks * block);
             recv_.resize(N * block);
-            for (std::size_t q = 0; q < blocks; ++q) {
-                put_header(send_.data() + q * block, mine);
-                if (mine.bad == 0)
-                    std::memcpy(send_.data() + q * block + header_bytes, from + q * bytes, bytes);
-                else
-                    std::memset(send_.data() + q * block + header_bytes, 0, bytes);
-            }
+            for (std::size_t q = 0; q < blocks; ++q) put_block(send_.data() + q * block, mine, from + q * bytes, bytes);
             if (to_all) {
                 const auto opts = at::TensorOptions().dtype(at::kByte);
                 const auto total = static_cast<std::int64_t>(N * block);

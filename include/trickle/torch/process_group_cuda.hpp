@@ -104,7 +104,7 @@ public:
     // In place on stream(): data = elementwise sum over ranks.
     void all_reduce_sum(float* data, std::size_t n) {
         if (!on_device_) {
-            stage("all_reduce_sum", data, n * sizeof(float), [&](void* h) { host_.all_reduce_sum(static_cast<float*>(h), n); });
+            stage(data, n * sizeof(float), [&](void* h) { host_.all_reduce_sum(static_cast<float*>(h), n); });
             return;
         }
         require(n == 0 || data != nullptr, "comm::process_group_cuda all_reduce_sum: null pointer with ", n, " elements");
@@ -121,7 +121,7 @@ public:
     // Device memory: recv[r*bytes .. (r+1)*bytes) = rank r's send.
     void all_gather(const void* send, void* recv, std::size_t bytes) {
         if (!on_device_) {
-            stage2("all_gather", send, bytes, recv, bytes * N(),
+            stage2(send, bytes, recv, bytes * N(),
                    [&](const void* s, void* r) { host_.all_gather(s, r, bytes); });
             return;
         }
@@ -140,7 +140,7 @@ public:
     // Device memory: recv[q*bytes ..] = rank q's send[rank*bytes ..].
     void all_to_all(const void* send, void* recv, std::size_t bytes) {
         if (!on_device_) {
-            stage2("all_to_all", send, bytes * N(), recv, bytes * N(),
+            stage2(send, bytes * N(), recv, bytes * N(),
                    [&](const void* s, void* r) { host_.all_to_all(s, r, bytes); });
             return;
         }
@@ -184,7 +184,7 @@ public:
     // Device memory, on stream(): data on every rank = data on root.
     void broadcast(float* data, std::size_t n, int root) {
         if (!on_device_) {
-            stage("broadcast", data, n * sizeof(float), [&](void* h) { host_.broadcast(static_cast<float*>(h), n, root); });
+            stage(data, n * sizeof(float), [&](void* h) { host_.broadcast(static_cast<float*>(h), n, root); });
             return;
         }
         require(n == 0 || data != nullptr, "comm::process_group_cuda broadcast: null pointer with ", n, " elements");
@@ -203,7 +203,7 @@ public:
     // Device memory: n floats to dst, m floats from src (decentralized topologies).
     void send_recv(const float* send, std::size_t n, int dst, float* recv, std::size_t m, int src) {
         if (!on_device_) {
-            stage2("send_recv", send, n * sizeof(float), recv, m * sizeof(float), [&](const void* s, void* r) {
+            stage2(send, n * sizeof(float), recv, m * sizeof(float), [&](const void* s, void* r) {
                 host_.send_recv(static_cast<const float*>(s), n, dst, static_cast<float*>(r), m, src);
             });
             return;
@@ -294,8 +294,7 @@ private:
 
     // In place through host memory: device data -> host, op(host), host -> device.
     template <class Op>
-    void stage(const char* op, void* data, std::size_t bytes, Op&& host_op) {
-        (void)op;
+    void stage(void* data, std::size_t bytes, Op&& host_op) {
         if (data == nullptr && bytes != 0) { // comm::process_group refuses it on every rank together
             host_op(nullptr);
             return;
@@ -310,9 +309,7 @@ private:
 
     // From one device buffer to another through host memory.
     template <class Op>
-    void stage2(const char* op, const void* send, std::size_t send_bytes, void* recv, std::size_t recv_bytes,
-                Op&& host_op) {
-        (void)op;
+    void stage2(const void* send, std::size_t send_bytes, void* recv, std::size_t recv_bytes, Op&& host_op) {
         if ((send == nullptr && send_bytes != 0) || (recv == nullptr && recv_bytes != 0)) {
             host_op(send == nullptr ? nullptr : pinned(0, send_bytes), recv == nullptr ? nullptr : pinned(1, recv_bytes));
             return;
