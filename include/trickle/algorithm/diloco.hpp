@@ -28,6 +28,7 @@
 #include <trickle/algorithm/detail/round.hpp>
 #include <trickle/algorithm/flat_params.hpp>
 #include <trickle/algorithm/options.hpp>
+#include <trickle/algorithm/stage/aggregate.hpp>
 #include <trickle/algorithm/stage/fragments.hpp>
 #include <trickle/algorithm/stage/replica_state.hpp>
 #include <trickle/algorithm/stage/route.hpp>
@@ -113,7 +114,8 @@ public:
         : comm_(comm), options_(options), outer_(std::move(outer)),
           route_(std::move(topology), detail::wire_codec_of<wire_codec>(codec), options.seed, options.stochastic_rounding,
                  options.error_feedback),
-          trigger_(options.interval, options.manual_outer), delegated_(role == detail::membership_role::delegated) {
+          trigger_(options.interval, options.manual_outer), aggregate_(options.aggregate, options.deadline),
+          delegated_(role == detail::membership_role::delegated) {
         config_record rec = describe(group);
         // A checkpoint may be restored into an object built with or without the initial
         // broadcast (a resumed run must not overwrite its parameters with rank 0's), so
@@ -211,6 +213,18 @@ public:
 
     const exchange_stats& stats() const { return stats_; }
     const diloco_options& options() const { return options_; }
+    // How the outer steps combined the contributions: each worker's norm, distance to the
+    // aggregate, the workers clipped, trimmed or excluded (docs/robustness.md). Host parameters.
+    const aggregation_stats& aggregation() const { return aggregate_.stats(); }
+    // diloco_options::deadline: the deadline of the coming round (the same on every worker),
+    // and the deadlines so far. This worker's arrival time in the current round (local: the
+    // time it finished, or would finish, its round's work; +inf: not by the deadline).
+    double deadline() const { return aggregate_.deadline().current(); }
+    const deadline_stats& deadlines() const { return aggregate_.deadline().stats(); }
+    void report_arrival(double t) {
+        require(!std::isnan(t) && t >= 0.0, "diloco::report_arrival: the arrival time must be >= 0 (or +inf), got ", t);
+        aggregate_.report_arrival(t);
+    }
     // Membership: the view, its changes, quorum, retried and skipped rounds (docs/elastic.md).
     const membership_stats& membership() const { return mstats_; }
     std::uint64_t outer_steps_applied() const { return outer_t_; }
@@ -333,6 +347,9 @@ private:
                                                           group, rec);
         detail::describe_membership(rec, comm_, o.min_workers, o.join, kind, route_.all_reduce(), frag.streams(),
                                     "streaming (fragments, overlap_steps, mix)");
+        detail::outer_aggregate::describe(rec, o.aggregate, o.deadline, comm_.size(), route_.all_reduce(),
+                                          detail::plain_codec(route_.codec()), frag.streams(), on_device, o.manual_outer,
+                                          kind);
         if (!(o.error_feedback >= 0.0 && o.error_feedback <= 1.0))
             rec.set_error(detail::concat("diloco: error_feedback must be in [0, 1], got ", o.error_feedback));
         else if (o.error_feedback > 0.0 && detail::plain_codec(route_.codec()))
@@ -442,6 +459,7 @@ private:
                        route_.set_residual(r);
                    });
         if (fragments_.active()) fragments_.add_sections(rs, *this);
+        aggregate_.add_sections(rs, n_);
     }
 
     std::string host_floats(const float* src, std::size_t n) const {
@@ -517,9 +535,22 @@ private:
         if (!begin_outer_step(w)) return;
         float* buf = ws_.get(0, n_ + 1);
         const traffic_counters before = comm_.traffic();
+        if constexpr (!on_device) {
+            // The reports: who takes part (a non-finite outer gradient is excluded).
+            w = aggregate_.begin(comm_, w, own_delta_norm());
+            if (w < 0.0f) { // every contribution excluded: the round is skipped, its reports counted
+                ++skipped_;
+                aggregate_.end();
+                const traffic_counters last = comm_.traffic() - before;
+                stats_.add_exchange(last, codec::wire_parts{.codes = last.bytes_sent}, 0);
+                return;
+            }
+        }
         // (Not over an elastic communicator: a round there must leave the snapshot
         // untouched until its collectives have all completed.)
-        if (route_type::can_fuse && route_.summed() && options_.prune_fraction == 0.0 && !elastic) {
+        if (aggregate_.robust()) {
+            robust_outer_step(ex, w, buf);
+        } else if (route_type::can_fuse && route_.summed() && options_.prune_fraction == 0.0 && !elastic) {
             fused_outer_step(ex, w, buf + n_);
         } else {
             const auto view = flat_.view();
@@ -532,8 +563,40 @@ private:
             const auto rule = outer_.prepare(++outer_t_);
             detail::stream_pass(ex, view, tile_seg_.data(), 0, n_, update_body(buf, 0, n_, rule));
         }
+        aggregate_.end();
         const traffic_counters last = comm_.traffic() - before;
         count_exchange(last, route_.parts_sent(comm_, n_, last), n_);
+    }
+
+    // A robust rule's outer step (host parameters, fp32, all-reduce topology): the
+    // unweighted delta and the weight gathered from every worker, combined by the rule into
+    // buf, then the update pass.
+    template <class Exec>
+    void robust_outer_step(const Exec& ex, float w, float* buf) {
+        if constexpr (!on_device) { // (refused at construction on the device)
+            const auto view = flat_.view();
+            detail::stream_pass(ex, view, tile_seg_.data(), 0, n_, delta_body(buf, 0, n_, w > 0.0f ? 1.0f : 0.0f));
+            buf[n_] = w;
+            if (options_.prune_fraction > 0.0) prune(ex, buf);
+            aggregate_.combine(comm_, buf, n_);
+            protocol::commit(comm_);
+            const auto rule = outer_.prepare(++outer_t_);
+            detail::stream_pass(ex, view, tile_seg_.data(), 0, n_, update_body(buf, 0, n_, rule));
+        } else {
+            (void)ex, (void)w, (void)buf;
+        }
+    }
+
+    // ||snapshot - params|| of this worker, in double (inf or NaN when not finite).
+    double own_delta_norm() const {
+        double s = 0.0;
+        flat_.view().for_each_piece(0, n_, [&](const T* p, std::size_t i, std::size_t m) {
+            for (std::size_t j = 0; j < m; ++j) {
+                const double d = static_cast<double>(snapshot_[i + j]) - static_cast<double>(to_float(p[j]));
+                s += d * d;
+            }
+        });
+        return std::sqrt(s);
     }
 
     // The outer step through the codec with the passes fused into the encoding and the
@@ -564,6 +627,7 @@ private:
     Outer outer_;
     route_type route_;
     detail::round_trigger trigger_;
+    detail::outer_aggregate aggregate_;
     flat_params<T, Space> flat_;
     std::size_t n_ = 0;
     std::size_t state_floats_ = 0;

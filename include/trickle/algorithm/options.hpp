@@ -6,6 +6,8 @@
 // paper's H). Options a worker may set differently from the others say so.
 #pragma once
 
+#include <trickle/aggregate/aggregate.hpp>
+#include <trickle/algorithm/stage/deadline.hpp>
 #include <trickle/config.hpp>
 #include <trickle/core/config_record.hpp>
 #include <trickle/error.hpp>
@@ -66,6 +68,13 @@ struct diloco_options {
     // say) and calls outer_step(exec) on every worker at once; step() only counts inner
     // steps, which may then differ between workers. Pair with set_weight(tokens).
     bool manual_outer = false;
+    // How the outer step combines the workers' outer gradients (aggregate/aggregate.hpp,
+    // docs/robustness.md): the weighted mean (default), or a robust rule (trimmed mean,
+    // median, centered clipping) over an all-gather of every contribution.
+    aggregate::rule aggregate{};
+    // manual_outer: the deadline of each round adapted to the reported arrival times
+    // (report_arrival; stage/deadline.hpp). Off while deadline.cap is 0.
+    deadline_options deadline{};
     // Elastic membership (over comm::elastic_local; docs/elastic.md): an outer step runs only
     // with at least min_workers in the view (otherwise training goes on locally and the next
     // outer step tries again); join: this object is built by a worker joining a running

@@ -157,6 +157,11 @@ public:
         outer_.view_changed();
     }
     void set_weight(float w) { outer_.set_weight(w); }
+    // The DiLoCo part's aggregation and adaptive deadline (docs/robustness.md).
+    const aggregation_stats& aggregation() const { return outer_.aggregation(); }
+    double deadline() const { return outer_.deadline(); }
+    const deadline_stats& deadlines() const { return outer_.deadlines(); }
+    void report_arrival(double t) { outer_.report_arrival(t); }
 
     // Applies the SPARTA part's overlapped exchange still waiting, if any (before save()).
     template <class Exec>

@@ -6,6 +6,8 @@
 #include <trickle/config.hpp>
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 TRICKLE_NAMESPACE_BEGIN
 
@@ -76,6 +78,33 @@ struct membership_stats {
     std::uint64_t rounds_below_quorum = 0; // rounds skipped: training went on locally
     std::uint64_t state_bytes = 0;         // state transferred to joiners (sent by the donor, received by a joiner)
     double wait_seconds = 0.0;             // time spent in renewals and in rounds that failed
+};
+
+// How DiLoCo's outer steps combined the workers' outer gradients (diloco_options::aggregate;
+// docs/robustness.md); identical on every worker. The per-worker entries describe the last
+// round, one per worker of its view, in rank order.
+struct aggregation_stats {
+    std::string rule = "mean";             // the rule's name (aggregate::rule::name)
+    std::uint64_t rounds = 0;              // outer rounds aggregated (host parameters)
+    std::vector<float> weights;            // each worker's weight in the last round (0: dropped or excluded)
+    std::vector<double> norm;              // ||delta_i||, its unweighted outer gradient (inf or NaN: non-finite)
+    std::vector<double> distance;          // ||delta_i - aggregate||: robust rules, workers taking part (NaN otherwise)
+    std::vector<double> trimmed_fraction;  // trimmed:K: the fraction of coordinates where worker i was dropped
+    std::vector<int> clipped;              // the last round's workers clipped (clip) or dropped in most coordinates (trimmed)
+    std::vector<int> excluded;             // the last round's workers excluded: a non-finite contribution
+    std::uint64_t clipped_total = 0;       // clipped entries over all rounds
+    std::uint64_t excluded_total = 0;      // exclusions over all rounds
+    std::uint64_t skipped = 0;             // rounds skipped because every contribution was excluded
+};
+
+// The deadlines of diloco_options::deadline so far (identical on every worker;
+// stage/deadline.hpp).
+struct deadline_stats {
+    double current = 0.0;              // the deadline of the coming round
+    std::uint64_t rounds = 0;          // rounds recorded
+    std::vector<double> history;       // the deadline each recorded round closed at, oldest first
+    std::vector<double> last_arrivals; // the last round's arrival per worker (rank order)
+    std::uint64_t late = 0;            // arrivals after their round's deadline, over all rounds
 };
 
 TRICKLE_NAMESPACE_END

@@ -38,6 +38,10 @@ public:
     virtual const exchange_stats& sparse_stats() const = 0;
     virtual const exchange_stats& outer_stats() const = 0;
     virtual membership_stats membership() const = 0;
+    virtual aggregation_stats aggregation() const = 0;
+    virtual deadline_stats deadlines() const = 0;
+    virtual double deadline() const = 0;
+    virtual void report_arrival(double) = 0;
     virtual void save(std::ostream&) const = 0;
     virtual void load(std::istream&, const std::string& source, checkpoint_trailing trailing) = 0;
     virtual std::vector<std::string> own_state() const = 0;
@@ -78,6 +82,30 @@ public:
             return engine_.membership();
         else
             return membership_stats{};
+    }
+    aggregation_stats aggregation() const override {
+        if constexpr (requires { engine_.aggregation(); })
+            return engine_.aggregation();
+        else
+            return aggregation_stats{};
+    }
+    deadline_stats deadlines() const override {
+        if constexpr (requires { engine_.deadlines(); })
+            return engine_.deadlines();
+        else
+            return deadline_stats{};
+    }
+    double deadline() const override {
+        if constexpr (requires { engine_.deadline(); })
+            return engine_.deadline();
+        else
+            return 0.0;
+    }
+    void report_arrival(double t) override {
+        if constexpr (requires { engine_.report_arrival(t); })
+            engine_.report_arrival(t);
+        else
+            throw invalid_argument(concat(Engine::kind, ": report_arrival applies to DiLoCo and SPARTA + DiLoCo"));
     }
     const exchange_stats& outer_stats() const override {
         if constexpr (requires { engine_.outer_stats(); })
@@ -141,6 +169,14 @@ public:
     const exchange_stats& stats() const { return get("stats").stats(); }
     // Membership over an elastic communicator (docs/elastic.md); zeros otherwise.
     membership_stats membership() const { return get("membership").membership(); }
+    // DiLoCo and SPARTA + DiLoCo: how the outer steps combined the workers' contributions
+    // (diloco_options::aggregate; the mean's reports too), and the adaptive deadline
+    // (diloco_options::deadline): the coming round's, the history, and this worker's
+    // arrival time in the current round (docs/robustness.md).
+    aggregation_stats aggregation() const { return get("aggregation").aggregation(); }
+    deadline_stats deadlines() const { return get("deadlines").deadlines(); }
+    double deadline() const { return get("deadline").deadline(); }
+    void report_arrival(double t) { get("report_arrival").report_arrival(t); }
     // Applies an overlapped SPARTA exchange still waiting (sparta_options::overlap), so that
     // save() may run; nothing otherwise. Local to the worker.
     void flush() { get("flush").flush(exec::host{}); }
