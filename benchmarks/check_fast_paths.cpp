@@ -18,6 +18,7 @@
 #include <trickle/sampler/uniform.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -165,14 +166,19 @@ void check_sampler(Sampler s, const std::vector<std::size_t>& sizes, const std::
 }
 
 template <class T>
-void check_dtype() {
-    const std::vector<std::vector<std::size_t>> layouts = {
+void check_dtype(bool full) {
+    std::vector<std::vector<std::size_t>> layouts = {
         {1},
         {5000},
         {3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5},
         {1000, 1, 1, 2, 700, 33, 4096, 5, 1},
-        {70000, 12, 12, 3000, 17, 25000, 1, 9000},
     };
+    // The large layout (117k elements) is the long sweep's: its positions walk the same
+    // segment boundaries and run lengths as the one below, ten times over.
+    if (full)
+        layouts.push_back({70000, 12, 12, 3000, 17, 25000, 1, 9000});
+    else
+        layouts.push_back({7000, 12, 12, 300, 17, 2500, 1, 900});
     for (const auto& sizes : layouts) {
         check_sampler<T>(sampler::uniform{}, sizes, "uniform");
         check_sampler<T>(sampler::permutation{}, sizes, "permutation");
@@ -273,19 +279,50 @@ void check_bf16_rounding() {
 
 } // namespace
 
-int main() {
+// Under AddressSanitizer (the Debug test build) the sweep is sized to finish well inside
+// its ctest limit on a loaded two-core machine; --full (or a build without sanitizers)
+// runs the long one.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool sanitized = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr bool sanitized = true;
+#else
+constexpr bool sanitized = false;
+#endif
+#else
+constexpr bool sanitized = false;
+#endif
+
+int main(int argc, char** argv) {
+    bool full = !sanitized;
+    for (int i = 1; i < argc; ++i) {
+        const std::string a = argv[i];
+        if (a == "--full") {
+            full = true;
+        } else if (a == "--quick") {
+            full = false;
+        } else {
+            std::fprintf(stderr, "bench_check: unknown option '%s' (use --full for the long sweep, --quick for the short one)\n",
+                         argv[i]);
+            return 2;
+        }
+    }
+    const auto t0 = std::chrono::steady_clock::now();
     check_bf16_rounding();
     check_philox_lanes();
     check_feistel();
     check_feistel32();
-    check_dtype<float>();
-    check_dtype<half>();
-    check_dtype<bfloat16>();
+    check_dtype<float>(full);
+    check_dtype<half>(full);
+    check_dtype<bfloat16>(full);
 #if TRICKLE_PHILOX_SIMD
     const char* lanes = detail::philox_simd_name();
 #else
     const char* lanes = "scalar";
 #endif
-    std::printf("%d checks, %d mismatches (Philox lanes: %s)\n", checks, failures, lanes);
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::printf("%d checks, %d mismatches (Philox lanes: %s; %s sweep, %.1f s)\n", checks, failures, lanes,
+                full ? "full" : "quick", secs);
     return failures == 0 ? 0 : 1;
 }

@@ -6,7 +6,7 @@ The layers, lowest first (docs/concepts.md, "Layers"):
   exec      exec.hpp, exec/
   kernels   kernels.hpp, kernels/ (and the pass families' folders under it)
   comm      comm.hpp, comm/
-  policies  sampler, schedule, topology, outer, codec (each folder and its umbrella header)
+  policies  sampler, schedule, topology, outer, codec, aggregate (each folder and its umbrella header)
   algorithm algorithm.hpp, algorithm/
   umbrella  trickle.hpp
   adapter   torch.hpp, torch/ (built on the whole library; nothing in it includes them)
@@ -23,7 +23,7 @@ import re
 import sys
 
 LAYERS = ["core", "exec", "kernels", "comm", "policies", "algorithm", "umbrella", "adapter"]
-POLICIES = {"sampler", "schedule", "topology", "outer", "codec"}
+POLICIES = {"sampler", "schedule", "topology", "outer", "codec", "aggregate"}
 INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]trickle/([^>"]+)[>"]', re.M)
 # (family, family it may include): why. Every other include between families is refused.
 FAMILY_USES = {

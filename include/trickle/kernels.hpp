@@ -9,6 +9,7 @@
 #pragma once
 
 #include <trickle/kernels/device_access.hpp>
+#include <trickle/kernels/aggregate.hpp>
 #include <trickle/kernels/average.hpp>
 #include <trickle/kernels/exchange/agent.hpp>
 #include <trickle/kernels/exchange/body.hpp>

@@ -10,4 +10,5 @@
 #include <trickle/topology.hpp>
 #include <trickle/outer.hpp>
 #include <trickle/codec.hpp>
+#include <trickle/aggregate.hpp>
 #include <trickle/algorithm.hpp>

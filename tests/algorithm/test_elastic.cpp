@@ -484,6 +484,27 @@ TEST_CASE("DiLoCo: a failed worker rejoins, takes the global state and ends bit-
     require_identical(c.params, "parameters");
 }
 
+TEST_CASE("DiLoCo with robust aggregation over an elastic world: a failure and a rejoin; the joiner takes the center") {
+    for (const aggregate::rule rule : {aggregate::median(), aggregate::trimmed(1), aggregate::clip(0.05)}) {
+        CAPTURE(rule.name());
+        const auto make = [rule](const param_group<float>& g, comm::elastic_local& c, bool join) {
+            diloco_options o = dopts(join);
+            o.aggregate = rule;
+            return diloco_engine<outer::nesterov, topology::all_reduce, float, host_space, comm::elastic_local>(g, c, o);
+        };
+        plan p;
+        p.fail_at[3] = 5;
+        p.join_at[3] = 9;
+        const outcome a = run_scenario(p, make);
+        CHECK(a.errors.empty());
+        REQUIRE(a.params.size() == 4);
+        require_identical(a.params, "parameters");
+        require_identical(a.snapshot, "snapshot");
+        const outcome b = run_scenario(p, make);
+        for (int id = 0; id < 4; ++id) CHECK(bitwise_equal(a.params.at(id), b.params.at(id)));
+    }
+}
+
 TEST_CASE("DiLoCo: below quorum training goes on locally, and resumes when a worker joins") {
     const auto make = [](const param_group<float>& g, comm::elastic_local& c, bool join) {
         diloco_options o = dopts(join);

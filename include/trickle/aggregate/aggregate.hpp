@@ -55,12 +55,13 @@ struct rule {
         }
     }
 
-    // What is wrong with this rule for `workers` workers, or empty.
+    // What is wrong with this rule for `workers` workers (-1: a number not known yet, as
+    // over an elastic communicator, where a round with fewer workers trims fewer), or empty.
     std::string problem(int workers) const {
         switch (kind) {
         case aggregate::kind::trimmed:
             if (trim < 1) return detail::concat("aggregate trimmed:", trim, ": the trim count must be >= 1");
-            if (2 * trim >= workers)
+            if (workers >= 0 && 2 * trim >= workers)
                 return detail::concat("aggregate trimmed:", trim, ": the trim count must be below half the workers (",
                                       workers, " workers keep none after dropping ", trim, " from each end)");
             return {};

@@ -347,7 +347,7 @@ private:
                                                           group, rec);
         detail::describe_membership(rec, comm_, o.min_workers, o.join, kind, route_.all_reduce(), frag.streams(),
                                     "streaming (fragments, overlap_steps, mix)");
-        detail::outer_aggregate::describe(rec, o.aggregate, o.deadline, comm_.size(), route_.all_reduce(),
+        detail::outer_aggregate::describe(rec, o.aggregate, o.deadline, elastic ? -1 : comm_.size(), route_.all_reduce(),
                                           detail::plain_codec(route_.codec()), frag.streams(), on_device, o.manual_outer,
                                           kind);
         if (!(o.error_feedback >= 0.0 && o.error_feedback <= 1.0))

@@ -59,7 +59,7 @@ public:
         if (rule.robust()) {
             rec.add("aggregate", rule.name());
             std::string p = rule.problem(workers);
-            if (p.empty() && workers > max_robust_rows)
+            if (p.empty() && workers > max_robust_rows) // (an elastic view that grows past it: combine refuses)
                 p = concat("aggregate ", rule.name(), ": combines at most ", max_robust_rows, " workers, there are ", workers);
             if (p.empty() && !all_reduce)
                 p = "needs every worker's contribution on every worker: it runs on the all-reduce topology only";
@@ -148,6 +148,9 @@ public:
             ranks_.push_back(r);
         }
         const int m = static_cast<int>(rows_.size());
+        if (m > max_robust_rows) // the same on every worker
+            throw invalid_argument(concat("aggregate ", rule_.name(), ": combines at most ", max_robust_rows,
+                                          " workers, this round has ", m));
         buf[n] = m > 0 ? 1.0f : 0.0f;
         if (m == 0) return;
         const robust_rows in{rows_.data(), weights_.data(), m};

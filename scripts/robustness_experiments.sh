@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Reproduces the results of docs/robustness.md: trickle-sim on the Debian license texts
+# (as scripts/experiments.sh), DiLoCo, 8 workers, the default MLP, outer steps every 100
+# steps, STEPS inner steps, seeds SEEDS.
+#
+# Robust aggregation: under each rule (mean, trimmed:2, median, clip:TAU)
+#   honest          every worker honest
+#   KIND-1, KIND-2  worker 7 (and 6) corrupt every contribution: scale:10, sign, noise:10,
+#                   stale:5, nan (--byzantine; examples/sim/byzantine.hpp)
+# Mixed speeds (1,1,1,1,0.5,0.5,0.25,0.25), each without and with a failure (worker 5
+# dies before step FAIL_AT and rejoins at JOIN_AT):
+#   deadline        rounds at a fixed deadline of 100 ticks (--round-policy deadline)
+#   adaptive        rounds at the adaptive deadline (--round-policy adaptive --deadline DEADLINE)
+#   wait            every round waits for the slowest (--round-policy wait)
+# Files NAME.seedS.csv and .txt in docs/experiments/robustness/, then the figures and
+# summary.md (scripts/plot_robustness.py).
+#   scripts/robustness_experiments.sh               build (Release preset) and run everything
+#   SIM=path/to/trickle-sim scripts/robustness_experiments.sh
+#   scripts/robustness_experiments.sh --plot-only   redraw from the existing CSVs
+#   STEPS=2000 SEEDS="1 2 3" TAU=0.5 JOBS=2 (the defaults) change the runs
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-docs/experiments/robustness}
+mkdir -p "$OUT"
+STEPS=${STEPS:-2000}
+SEEDS=${SEEDS:-"1 2 3"}
+TAU=${TAU:-0.5}
+FAIL_AT=${FAIL_AT:-750}
+JOIN_AT=${JOIN_AT:-1250}
+DEADLINE=${DEADLINE:-0.75,0,100,400}
+JOBS=${JOBS:-2}
+RULES=(mean trimmed:2 median "clip:$TAU")
+KINDS=(scale:10 sign noise:10 stale:5 nan)
+SPEEDS=1,1,1,1,0.5,0.5,0.25,0.25
+
+if [ "${1:-}" != "--plot-only" ]; then
+    source scripts/sim_corpus.sh
+    trickle_sim_and_corpus
+
+    configs() { # every run: NAME SEED ARGS... per line
+        for seed in $SEEDS; do
+            for rule in "${RULES[@]}"; do
+                local r=${rule%%:*}
+                echo "$r.honest $seed --aggregate $rule"
+                for kind in "${KINDS[@]}"; do
+                    local k=${kind%%:*}
+                    echo "$r.$k-1 $seed --aggregate $rule --byzantine 7:$kind"
+                    echo "$r.$k-2 $seed --aggregate $rule --byzantine 6:$kind,7:$kind"
+                done
+            done
+            for policy in deadline adaptive wait; do
+                local extra=""
+                [ "$policy" = adaptive ] && extra="--deadline $DEADLINE"
+                echo "speeds.$policy $seed --speeds $SPEEDS --round-policy $policy $extra"
+                echo "speeds.$policy-fail $seed --speeds $SPEEDS --round-policy $policy $extra --fail 5@$FAIL_AT --join 5@$JOIN_AT"
+            done
+        done
+    }
+    run() { # run NAME SEED [ARGS...]
+        local name=$1 seed=$2
+        shift 2
+        local args=(--data "$CORPUS" --seed "$seed" --workers 8 --strategy diloco --outer-interval 100
+                    --steps "$STEPS" --eval-every 100 "$@" --quiet)
+        local t0=$SECONDS
+        "$SIM" "${args[@]}" --csv "$OUT/$name.seed$seed.csv" > "$OUT/$name.seed$seed.txt"
+        echo "== $name seed $seed ($((SECONDS - t0)) s): trickle-sim ${args[*]}" >&2
+    }
+    export -f run
+    export SIM CORPUS OUT STEPS
+    start=$SECONDS
+    # shellcheck disable=SC2016
+    configs | xargs -P "$JOBS" -L 1 bash -c 'run "$@"' _
+    echo "all runs: $((SECONDS - start)) s" >&2
+fi
+# Debian's python3 has matplotlib (python3-matplotlib); another python3 first on PATH may not.
+PY=python3
+[ -x /usr/bin/python3 ] && /usr/bin/python3 -c 'import matplotlib' 2>/dev/null && PY=/usr/bin/python3
+"$PY" scripts/plot_robustness.py "$OUT"
