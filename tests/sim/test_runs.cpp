@@ -38,6 +38,10 @@ std::uint64_t all_reduce_total(std::size_t count, int workers, int rank, std::ui
     return exchanges * trickle::detail::all_reduce_bytes(count, sizeof(float), workers, rank);
 }
 
+// What each worker sends for the reports a DiLoCo outer round begins with (an all-gather of
+// 16 bytes per worker, whatever the topology: trickle/algorithm/stage/aggregate.hpp).
+std::uint64_t reports(int workers) { return static_cast<std::uint64_t>(workers - 1) * sizeof(trickle::detail::worker_report); }
+
 } // namespace
 
 TEST_CASE("runs: each strategy completes and the CSV has exactly the documented columns") {
@@ -171,7 +175,7 @@ TEST_CASE("runs: sparta and diloco with the per-exchange topologies send what th
         for (int w = 0; w < W; ++w) {
             std::uint64_t want_sp = 0, want_dl = 0;
             for (std::uint64_t t = 0; t < 12; ++t) want_sp += bytes(w, cfg.seed, t, count);
-            for (std::uint64_t t = 0; t < 3; ++t) want_dl += bytes(w, cfg.seed, t, dl.parameters + 1);
+            for (std::uint64_t t = 0; t < 3; ++t) want_dl += bytes(w, cfg.seed, t, dl.parameters + 1) + reports(W);
             CHECK(sp.bytes_sent[static_cast<std::size_t>(w)] == want_sp);
             CHECK(dl.bytes_sent[static_cast<std::size_t>(w)] == want_dl);
         }
@@ -226,7 +230,7 @@ TEST_CASE("runs: diloco sends one all-reduce of n + 1 values per outer step and 
     const dataset data = prepare_data(cfg);
     const run_result r = run_strategy(cfg, data, strategy_kind::diloco);
     for (int w = 0; w < 3; ++w)
-        CHECK(r.bytes_sent[static_cast<std::size_t>(w)] == all_reduce_total(r.parameters + 1, 3, w, 3));
+        CHECK(r.bytes_sent[static_cast<std::size_t>(w)] == all_reduce_total(r.parameters + 1, 3, w, 3) + 3 * reports(3));
     for (const auto& rep : r.replicas) CHECK(bitwise_equal(rep, r.replicas[0]));
     REQUIRE(r.rows.size() == 3);
     for (const auto& row : r.rows) CHECK(row.correlation == 1.0); // evaluations at 10, 20, 30 follow outer steps
@@ -250,8 +254,9 @@ TEST_CASE("runs: diloco on a ring, with each outer optimizer, pruning and droppe
         cfg.topology = topology_kind::ring;
         const dataset data = prepare_data(cfg);
         const run_result r = run_strategy(cfg, data, strategy_kind::diloco);
-        // Ring: each worker sends its n + 1 values to both neighbours, 3 outer steps.
-        for (auto b : r.bytes_sent) CHECK(b == 3 * 2 * (r.parameters + 1) * sizeof(float));
+        // Ring: each worker sends its n + 1 values to both neighbours, 3 outer steps (and
+        // the reports to every worker).
+        for (auto b : r.bytes_sent) CHECK(b == 3 * (2 * (r.parameters + 1) * sizeof(float) + reports(4)));
         CHECK(std::isfinite(r.rows.back().eval_loss));
     }
 
@@ -271,7 +276,7 @@ TEST_CASE("runs: diloco on a ring, with each outer optimizer, pruning and droppe
     }
     CHECK(rounds < 20);
     for (int w = 0; w < 3; ++w)
-        CHECK(r.bytes_sent[static_cast<std::size_t>(w)] == all_reduce_total(r.parameters + 1, 3, w, rounds));
+        CHECK(r.bytes_sent[static_cast<std::size_t>(w)] == all_reduce_total(r.parameters + 1, 3, w, rounds) + rounds * reports(3));
     CHECK(std::isfinite(r.rows.back().eval_loss));
 }
 
@@ -312,7 +317,7 @@ TEST_CASE("runs: sparta-diloco adds the sparse exchanges between outer steps to 
     const std::size_t count = static_cast<std::size_t>(std::llround(0.05 * static_cast<double>(r.parameters)));
     for (int w = 0; w < 3; ++w)
         CHECK(r.bytes_sent[static_cast<std::size_t>(w)] ==
-              all_reduce_total(count, 3, w, sparse) + all_reduce_total(r.parameters + 1, 3, w, 3));
+              all_reduce_total(count, 3, w, sparse) + all_reduce_total(r.parameters + 1, 3, w, 3) + 3 * reports(3));
     for (const auto& rep : r.replicas) CHECK(bitwise_equal(rep, r.replicas[0]));
 }
 
@@ -330,7 +335,7 @@ TEST_CASE("runs: compressed exchanges keep replicas identical after outer steps 
     for (int w = 0; w < 3; ++w) {
         const std::uint64_t slot =
             trickle::codec::reduce_scratch::slot_bytes(trickle::codec::int8_block{}, int8.parameters, 3);
-        CHECK(int8.bytes_sent[static_cast<std::size_t>(w)] == 3 * (2 * 2 * slot + all_reduce_total(1, 3, w, 1)));
+        CHECK(int8.bytes_sent[static_cast<std::size_t>(w)] == 3 * (2 * 2 * slot + all_reduce_total(1, 3, w, 1) + reports(3)));
     }
     CHECK(static_cast<double>(int8.bytes_sent[0]) < 0.31 * static_cast<double>(plain.bytes_sent[0]));
     CHECK(int8.rows.back().eval_loss == doctest::Approx(plain.rows.back().eval_loss).epsilon(0.05));
