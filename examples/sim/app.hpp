@@ -71,6 +71,14 @@ inline void print_header(std::ostream& out, const sim_config& cfg, const dataset
         if (cfg.topk_k > 0) out << ", top " << cfg.topk_k << " of every " << cfg.topk_chunk;
         if (cfg.outer_codec != codec_kind::fp32) out << ", outer codec " << name_of(cfg.outer_codec);
         if (cfg.error_feedback > 0) out << " with error feedback " << cfg.error_feedback;
+        if (cfg.aggregate.robust()) out << ", aggregate " << cfg.aggregate.name();
+        out << '\n';
+    }
+    if (!cfg.byzantine.empty()) {
+        out << "byzantine:";
+        for (std::size_t i = 0; i < cfg.byzantine.size(); ++i)
+            out << (i ? ", worker " : " worker ") << cfg.byzantine[i].worker << ' '
+                << byzantine_kind_name(cfg.byzantine[i]);
         out << '\n';
     }
     for (auto s : cfg.strategies)
@@ -161,6 +169,7 @@ inline int run_simulation(const sim_config& cfg, std::ostream& out) {
     print_table(out, runs);
     print_network_table(out, runs, cfg.networks);
     print_membership_table(out, runs);
+    print_aggregation_table(out, runs, cfg);
     out << "\neval loss/ppl: the averaged model (mean of the replicas) on held-out text, in nats per character;\n"
            "replica loss: the replicas alone on the same text (mean); train loss: the replicas on their own\n"
            "batches since the previous evaluation; corr: mean pairwise correlation of the replicas' changes since\n"

@@ -21,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include <trickle/aggregate/aggregate.hpp>
 #include <trickle/codec/registry.hpp>
 #include <trickle/core/type_list.hpp>
 #include <trickle/outer/registry.hpp>
@@ -28,6 +29,7 @@
 #include <trickle/schedule/registry.hpp>
 #include <trickle/topology/registry.hpp>
 
+#include "byzantine.hpp"
 #include "plan.hpp"
 
 namespace trickle_sim {
@@ -342,6 +344,8 @@ struct sim_config {
     double outer_lr_end = 1.0; // final multiple of --outer-lr (1 when constant)
     double drop_prob = 0.0;
     double prune = 0.0;
+    trickle::aggregate::rule aggregate{};    // --aggregate: how the outer step combines the workers' deltas
+    std::vector<byzantine_spec> byzantine;   // --byzantine: workers that corrupt their outer gradients
 
     topology_kind topology = topology_kind::all_reduce;
     int island_size = 2; // --topology islands: workers per island
@@ -490,6 +494,17 @@ DiLoCo (diloco, sparta-diloco, streaming-diloco)
   --outer-lr-end F       final multiple of --outer-lr of a linear or cosine schedule, (0, 1]
   --drop-prob Q          probability a worker's outer gradient is dropped in a round, [0, 1)
   --prune Q              fraction of outer-gradient values pruned by magnitude, [0, 1)
+
+Open-world training (diloco and sparta-diloco only; docs/simulator.md)
+  --aggregate RULE       how the outer step combines the workers' outer gradients: mean
+                         (default), trimmed:K (per coordinate the K lowest and K highest
+                         dropped; 2K < --workers), median (per coordinate), clip:TAU
+                         (centered clipping to radius TAU); the robust rules need
+                         --topology all_reduce and --outer-codec fp32
+  --byzantine LIST       W:KIND[,W:KIND...]: worker W (0-based, each once) corrupts every
+                         outer gradient d it sends: scale:F (F d), sign (-d), noise:S (d + S x
+                         rms(d) Gaussian noise), stale:K (its d of K rounds earlier), nan
+                         (excluded by the library); not with --fail, --join, --min-workers
 
 Both
   --topology KIND        {topology}: how sparta and diloco
@@ -809,6 +824,41 @@ inline void check_elastic(const sim_config& c, const std::string& strategy_list,
     }
 }
 
+// What --aggregate and --byzantine need of the rest of the configuration.
+inline void check_open_world(const sim_config& c, const std::string& strategy_list, bool aggregate_given) {
+    const char* opts[] = {"--aggregate", "--byzantine"};
+    const bool given[] = {aggregate_given, !c.byzantine.empty()};
+    for (int i = 0; i < 2; ++i) {
+        if (!given[i]) continue;
+        for (auto s : c.strategies)
+            if (s != strategy_kind::diloco && s != strategy_kind::sparta_diloco)
+                throw usage_error(std::string(opts[i]) +
+                                  ": applies to --strategy diloco and sparta-diloco only (DiLoCo's outer step), but "
+                                  "--strategy is " + strategy_list);
+    }
+    for (const auto& b : c.byzantine)
+        if (b.worker >= c.workers)
+            throw usage_error("--byzantine: worker " + std::to_string(b.worker) + " is not among --workers " +
+                              std::to_string(c.workers) + " (ids 0.." + std::to_string(c.workers - 1) + ")");
+    if (!c.byzantine.empty() && elastic_run(c))
+        throw usage_error("--byzantine: does not combine with --fail, --join or --min-workers in this version (a "
+                          "round below quorum or a change of membership has no defined corrupt contribution)");
+    if (c.aggregate.robust()) {
+        const std::string rule = "--aggregate " + c.aggregate.name();
+        if (const std::string why = c.aggregate.problem(c.workers); !why.empty())
+            throw usage_error("--aggregate " + why.substr(why.rfind("aggregate ", 0) == 0 ? 10 : 0));
+        if (c.topology != topology_kind::all_reduce)
+            throw usage_error(rule + ": needs --topology all_reduce (every worker's contribution on every worker), "
+                                     "not " + std::string(name_of(c.topology)));
+        if (c.outer_codec != codec_kind::fp32)
+            throw usage_error(rule + ": needs --outer-codec fp32 (the rule compares the contributions as sent), not " +
+                              std::string(name_of(c.outer_codec)));
+        if (c.topk_k > 0)
+            throw usage_error(rule + ": does not combine with --outer-topk (sparsified contributions are summed, "
+                                     "not compared)");
+    }
+}
+
 } // namespace detail
 
 // Parses the arguments after the program name. Throws usage_error on any bad input.
@@ -823,6 +873,7 @@ inline sim_config parse_cli(std::span<const std::string> args) {
     std::vector<std::string> mlp_only, gpt_only;
     std::vector<std::string> seen;
     bool timeout_given = false, round_policy_given = false;
+    bool aggregate_given = false;
 
     for (std::size_t i = 0; i < args.size(); ++i) {
         std::string_view arg = args[i];
@@ -857,7 +908,7 @@ inline sim_config parse_cli(std::span<const std::string> args) {
             "--island-size", "--csv", "--codec", "--outer-codec", "--codec-block", "--error-feedback", "--outer-topk",
             "--model", "--d-model", "--heads", "--lr-schedule", "--clip", "--threads", "--fragments",
             "--overlap-steps", "--mix", "--network", "--step-time", "--fail", "--join", "--min-workers",
-            "--timeout-ms", "--speeds", "--round-policy"};
+            "--timeout-ms", "--speeds", "--round-policy", "--aggregate", "--byzantine"};
         bool is_known = false;
         for (auto k : known) is_known = is_known || k == opt;
         if (!is_known) throw usage_error("unknown option " + quoted_value(opt) + " (see --help)");
@@ -1007,6 +1058,35 @@ inline sim_config parse_cli(std::span<const std::string> args) {
             if (!(x >= 0 && x < 1)) detail::bad_value(opt, v, "must be in [0, 1)");
             c.prune = x;
             diloco_only.push_back(opt);
+        } else if (opt == "--aggregate") {
+            aggregate_given = true;
+            try {
+                c.aggregate = trickle::aggregate::parse(v);
+            } catch (const trickle::invalid_argument& e) {
+                std::string why = e.what();
+                if (why.rfind("aggregate: ", 0) == 0) why.erase(0, 11);
+                throw usage_error("--aggregate: " + why);
+            }
+        } else if (opt == "--byzantine") {
+            std::size_t pos = 0;
+            while (true) {
+                const std::size_t comma = v.find(',', pos);
+                const std::string_view item = v.substr(pos, comma == std::string_view::npos ? v.npos : comma - pos);
+                const std::size_t colon = item.find(':');
+                if (colon == std::string_view::npos)
+                    detail::bad_value(opt, item, "expected W:KIND (a worker id and one of " +
+                                                     std::string(byzantine_kinds_text) + ")");
+                byzantine_spec b;
+                b.worker = detail::parse_int<int>(opt + " (worker)", item.substr(0, colon), 0, 255);
+                if (const std::string why = parse_byzantine_kind(item.substr(colon + 1), b); !why.empty())
+                    detail::bad_value(opt, item, why);
+                for (const auto& prev : c.byzantine)
+                    if (prev.worker == b.worker)
+                        detail::bad_value(opt, v, "lists worker " + std::to_string(b.worker) + " twice");
+                c.byzantine.push_back(b);
+                if (comma == std::string_view::npos) break;
+                pos = comma + 1;
+            }
         } else if (opt == "--topology") {
             c.topology = detail::parse_policy(opt, v, topology_choices());
             both_only.push_back(opt);
@@ -1192,6 +1272,7 @@ inline sim_config parse_cli(std::span<const std::string> args) {
         throw usage_error("--outer-lr-schedule: --outer " + std::string(name_of(c.outer)) + " has no learning rate");
     c.outer_lr_end = detail::schedule_end(c.outer_lr_schedule, "--outer-lr-schedule", outer_lr_end_given,
                                           "--outer-lr-end", c.outer_lr_end, 1.0);
+    detail::check_open_world(c, strategy_list(), aggregate_given);
     detail::check_elastic(c, strategy_list(), timeout_given, round_policy_given);
     return c;
 }

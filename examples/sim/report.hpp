@@ -190,6 +190,39 @@ inline void print_membership_table(std::ostream& os, const std::vector<run_resul
     }
 }
 
+// DiLoCo's aggregation under --aggregate or --byzantine (the first worker's view, the same
+// on every worker): the rule, the outer rounds aggregated, the exclusions (non-finite
+// contributions), the entries clipped (clip) or workers trimmed in most coordinates
+// (trimmed), the rounds skipped (every contribution excluded), and the last round's mean
+// outer-gradient norm of the honest and of the byzantine workers. Nothing otherwise.
+inline void print_aggregation_table(std::ostream& os, const std::vector<run_result>& runs, const sim_config& cfg) {
+    if (!cfg.aggregate.robust() && cfg.byzantine.empty()) return;
+    os << "\naggregation (DiLoCo's outer steps; the last round's mean outer-gradient norm by kind of worker)\n";
+    os << std::left << std::setw(15) << "strategy" << std::right << std::setw(14) << "rule" << std::setw(8) << "rounds"
+       << std::setw(10) << "excluded" << std::setw(17) << "clipped/trimmed" << std::setw(9) << "skipped"
+       << std::setw(13) << "norm honest" << std::setw(16) << "norm byzantine" << '\n';
+    for (const auto& run : runs) {
+        if (run.rows.empty()) continue;
+        const trickle::aggregation_stats& a = run.aggregation;
+        double sum[2] = {0, 0};
+        int count[2] = {0, 0};
+        for (std::size_t w = 0; w < a.norm.size(); ++w) {
+            const int bad = byzantine_of(cfg.byzantine, static_cast<int>(w)) != nullptr ? 1 : 0;
+            sum[bad] += a.norm[w];
+            ++count[bad];
+        }
+        const auto mean = [&](int k) { return count[k] > 0 ? detail::number(sum[k] / count[k], 4) : std::string("-"); };
+        os << std::left << std::setw(15) << run.rows.back().strategy << std::right << std::setw(14) << a.rule
+           << std::setw(8) << a.rounds << std::setw(10) << a.excluded_total << std::setw(17) << a.clipped_total
+           << std::setw(9) << a.skipped << std::setw(13) << mean(0) << std::setw(16) << mean(1) << '\n';
+    }
+    if (!cfg.byzantine.empty()) {
+        os << "byzantine:";
+        for (const auto& b : cfg.byzantine) os << " worker " << b.worker << ' ' << byzantine_kind_name(b) << ';';
+        os << " each corrupts every outer gradient it sends\n";
+    }
+}
+
 // The progress line on stderr: rewritten in place at most 5 times a second on a terminal;
 // otherwise one line every 15 s, so a redirected log stays short.
 class progress_line final : public step_observer {

@@ -59,6 +59,9 @@ public:
     virtual trickle::membership_stats membership() const { return {}; }
     // Inner steps the algorithm has counted (a joiner starts at the step it was admitted at).
     virtual std::uint64_t algorithm_steps() const { return 0; }
+    // How DiLoCo's outer steps combined the workers' outer gradients (--aggregate; empty
+    // for the strategies without DiLoCo's outer step).
+    virtual trickle::aggregation_stats aggregation() const { return {}; }
 };
 
 // Fully synchronous data parallelism: the mean gradient over workers, every step.
@@ -144,6 +147,12 @@ public:
     }
     trickle::membership_stats membership() const override { return algorithm_.membership(); }
     std::uint64_t algorithm_steps() const override { return algorithm_.stats().steps; }
+    trickle::aggregation_stats aggregation() const override {
+        if constexpr (requires { algorithm_.aggregation(); })
+            return algorithm_.aggregation();
+        else
+            return {};
+    }
 
 private:
     // stats().last is the latest completed operation; looked at after every step.
@@ -332,7 +341,8 @@ inline trickle::diloco_options make_diloco_options(const sim_config& c, float we
             .error_feedback = c.error_feedback,
             // Every worker initialises from the same seed, so they already agree; rank 0's
             // parameters need not be sent to them (the tests check the replicas start equal).
-            .broadcast_initial = false};
+            .broadcast_initial = false,
+            .aggregate = c.aggregate};
 }
 
 // Streaming DiLoCo: DiLoCo's options with --fragments, --overlap-steps and --mix.

@@ -6,6 +6,7 @@
 // over the workers, and the replicas' pairwise correlation.
 #pragma once
 
+#include "byzantine.hpp"
 #include "corpus.hpp"
 #include "gpt.hpp"
 #include "model.hpp"
@@ -22,6 +23,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -83,6 +85,9 @@ struct run_result {
     // replica losses the vectors above hold, in this order (empty: ids 0 .. N-1).
     std::vector<int> final_ids;
     membership_summary membership;
+    // diloco and sparta-diloco: how the outer steps combined the workers' outer gradients
+    // (the first worker's view, identical on every worker; --aggregate, --byzantine).
+    trickle::aggregation_stats aggregation;
 };
 
 // The compute-time clock of one worker: the CPU time of its own thread, which a shared
@@ -191,6 +196,8 @@ run_result run_strategy_with(const Model& model, const sim_config& cfg, const da
         for (const auto& t : model.tensors()) group.add(t.name, params.data() + t.offset, t.size());
         const std::vector<std::uint32_t>& shard = data.shards[R];
         const auto ex = make_exchanger(kind, cfg, group, comm, static_cast<float>(shard.size()));
+        std::optional<byzantine_worker> byz; // --byzantine: corrupts what it sends at each outer step
+        if (const byzantine_spec* b = byzantine_of(cfg.byzantine, r)) byz.emplace(*b, cfg.seed, params);
 
         adamw opt(model, cfg.weight_decay);
         auto ws = make_workspace(model, cfg);
@@ -232,7 +239,10 @@ run_result run_strategy_with(const Model& model, const sim_config& cfg, const da
             if (cfg.clip > 0) clip_global_norm(grads.data(), n, cfg.clip);
             opt.step(params.data(), grads.data(), learning_rate(cfg, t));
             compute_s += compute_clock(wall_clock) - c0;
+            const bool corrupt = byz && t % cfg.outer_interval == 0;
+            if (corrupt) byz->before_outer(params);
             ex->after_step();
+            if (corrupt) byz->after_outer(params);
             note_traffic(t, false);
             if (t == cfg.steps) {
                 ex->finish();
@@ -290,6 +300,7 @@ run_result run_strategy_with(const Model& model, const sim_config& cfg, const da
             result.rows.push_back(std::move(row));
         }
         result.bytes_sent[R] = ex->bytes_sent();
+        if (r == 0) result.aggregation = ex->aggregation();
         // Each replica alone, to set against the averaged model: when replicas have drifted
         // apart, their average is worse than any of them.
         result.replica_eval_loss[R] =

@@ -120,6 +120,7 @@ struct life_outcome {
     std::uint64_t bytes = 0;
     trickle::membership_stats membership{};
     std::uint64_t received = 0; // a joiner: the state it was handed
+    trickle::aggregation_stats aggregation{};
     double useful = 0, lost = 0;
 };
 
@@ -250,6 +251,8 @@ run_result run_rounds_with(const Model& model, const sim_config& cfg, const data
             outcome[k].received = ex->membership().state_bytes;
         }
 
+        std::optional<byzantine_worker> byz; // --byzantine (fixed worlds only): corrupts its outer gradients
+        if (const byzantine_spec* b = byzantine_of(cfg.byzantine, id)) byz.emplace(*b, cfg.seed, params);
         adamw opt(model, cfg.weight_decay);
         auto ws = detail::make_workspace(model, cfg);
         rng batches = rng::stream(cfg.seed, 0x6261746368000000ull + static_cast<std::uint64_t>(id) +
@@ -396,11 +399,16 @@ run_result run_rounds_with(const Model& model, const sim_config& cfg, const data
                 if (stepped) ex->after_step(); // counts the inner step (manual_outer)
                 if (boundary) {
                     ex->set_weight(static_cast<float>(done_in_round * tokens_per_step));
+                    if (byz) byz->before_outer(params);
                     ex->outer_step();
+                    if (byz) byz->after_outer(params);
                     done_in_round = 0;
                 }
             } else {
+                const bool corrupt = byz && t % cfg.outer_interval == 0;
+                if (corrupt) byz->before_outer(params);
                 ex->after_step();
+                if (corrupt) byz->after_outer(params);
             }
             if (t == cfg.steps) ex->finish();
             if (boundary && counts_steps(t) && ex->membership().rounds_below_quorum == skipped) {
@@ -421,6 +429,7 @@ run_result run_rounds_with(const Model& model, const sim_config& cfg, const data
             ws.loss_sum(params.data(), data.tokens.data(), data.eval_positions.data(), M) / eval_targets;
         out.bytes = ex->bytes_sent();
         out.membership = ex->membership();
+        out.aggregation = ex->aggregation();
         out.useful = useful + pending;
         std::lock_guard lock(mu);
         out.received = outcome[k].received;
@@ -485,6 +494,7 @@ run_result run_rounds_with(const Model& model, const sim_config& cfg, const data
         result.replica_eval_loss.push_back(outcome[k].replica_loss);
     }
     ms.final_workers = static_cast<int>(finals.size());
+    if (!finals.empty()) result.aggregation = outcome[finals.front()].aggregation;
     for (std::size_t k = 0; k < L; ++k) {
         const auto& o = outcome[k];
         ms.epoch = std::max(ms.epoch, o.membership.epoch);
