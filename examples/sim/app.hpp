@@ -108,6 +108,9 @@ inline void print_header(std::ostream& out, const sim_config& cfg, const dataset
             out << cfg.step_time_s * 1e3 << " ms per step (--step-time)\n";
         else
             out << "as measured per step\n";
+        for (const auto& l : net.links)
+            out << "  worker " << l.worker << "'s own link: " << l.bandwidth_bytes_per_s * 8 / 1e9 << " Gbit/s, "
+                << l.latency_s * 1e3 << " ms per round\n";
     }
 }
 

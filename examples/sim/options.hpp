@@ -43,7 +43,7 @@ public:
 enum class strategy_kind { ddp, none, sparta, diloco, sparta_diloco, streaming_diloco };
 enum class shard_mode { iid, non_iid };
 enum class model_kind { mlp, gpt };
-enum class round_policy_kind { deadline, wait };
+enum class round_policy_kind { deadline, wait, adaptive };
 
 // The policies: a kind is the position of the policy in its family's registry
 // (include/trickle/<family>/registry.hpp), and its name is the policy's own. The
@@ -161,7 +161,7 @@ inline constexpr std::string_view strategy_names[] = {"ddp", "none", "sparta", "
                                                        "streaming-diloco"};
 inline constexpr std::string_view shard_names[] = {"iid", "non-iid"};
 inline constexpr std::string_view model_names[] = {"mlp", "gpt"};
-inline constexpr std::string_view round_policy_names[] = {"deadline", "wait"};
+inline constexpr std::string_view round_policy_names[] = {"deadline", "wait", "adaptive"};
 
 template <class E, std::size_t N>
 std::string_view name_of(E e, const std::string_view (&names)[N]) {
@@ -277,11 +277,39 @@ struct gpt_defaults {
     static constexpr float clip = 1.0f;
 };
 
-// One link of the network model (--network): every worker's link to the others.
+// One worker's own link in a --network item ('SPEC;W=SPEC'): worker W's bandwidth and latency.
+struct network_link {
+    int worker = 0;
+    double bandwidth_bytes_per_s = 0; // > 0
+    double latency_s = 0;             // >= 0, per message round
+};
+
+// One link of the network model (--network): every worker's link to the others, except the
+// workers with a link of their own (`links`, by ascending worker id).
 struct network_config {
-    std::string label;                  // the preset's name, or the spec as given ("1Gbps,50ms")
+    std::string label;                  // the preset's name, or the spec as given ("1Gbps,50ms", "internet;2=1Mbps,80ms")
     double bandwidth_bytes_per_s = 0;   // > 0
     double latency_s = 0;               // >= 0, per message round
+    std::vector<network_link> links{};  // per-worker overrides (empty: every worker on the link above)
+
+    // Worker w's link: its override, or the common one.
+    network_link link_of(int w) const {
+        for (const auto& l : links)
+            if (l.worker == w) return l;
+        return {w, bandwidth_bytes_per_s, latency_s};
+    }
+    // The slowest of the links of workers 0 .. workers-1, as one link: the least bandwidth and
+    // the most latency (a collective is as slow as its slowest participant's link). Without
+    // overrides, this link.
+    network_config slowest(int workers) const {
+        network_config out{label, bandwidth_bytes_per_s, latency_s, {}};
+        for (const auto& l : links)
+            if (l.worker < workers) {
+                out.bandwidth_bytes_per_s = std::min(out.bandwidth_bytes_per_s, l.bandwidth_bytes_per_s);
+                out.latency_s = std::max(out.latency_s, l.latency_s);
+            }
+        return out;
+    }
 };
 
 // The presets of --network, with the values docs/simulator.md gives reasons for.
@@ -377,6 +405,10 @@ struct sim_config {
     // Workers at different speeds: one relative speed in (0, 1] per worker (empty: all 1).
     std::vector<double> speeds;
     round_policy_kind round_policy = round_policy_kind::deadline;
+    // --round-policy adaptive: DiLoCo's adaptive deadline (trickle::deadline_options), in
+    // speed-1 steps; --deadline Q,GRACE,FLOOR,CAP. parse_cli sets the defaults (0.75, 0,
+    // --outer-interval, 4 x --outer-interval); the first round's deadline is the cap.
+    double deadline_quantile = 0.75, deadline_grace = 0, deadline_floor = 0, deadline_cap = 0;
 
     std::string csv;     // empty: no CSV
     bool quiet = false;  // no progress line
@@ -542,7 +574,12 @@ Network model (a model: docs/simulator.md gives the formula)
                          latency per message round in us|ms|s, e.g. 1Gbps,50ms) or a preset:
                          datacenter (100Gbps,10us), cross-region (10Gbps,30ms), internet
                          (1Gbps,50ms); several joined by '+' model each (first: column
-                         sim_wall_s, others: sim_wall_s_<name>)
+                         sim_wall_s, others: sim_wall_s_<name>). Per-worker links:
+                         'SPEC;W=SPEC;...' gives worker W its own link (quote the ';' from the
+                         shell), e.g. 'internet;2=100Mbps,80ms'; a collective is as slow as
+                         its slowest participant's link. With --speeds, --fail, --join or
+                         --min-workers each round adds its outer step's communication time
+                         and --step-time is required
   --step-time MS         compute time per inner step in the model, milliseconds, > 0 (default:
                          the measured compute of the simulated model's steps); needs --network
 
@@ -557,12 +594,21 @@ sparta-diloco through --topology all-reduce)
                          goes on locally, 1..--workers (default 1)
   --timeout-ms T         the elastic world's timeout: a peer silent this long is declared
                          failed, >= 1 (default 2000)
-  --speeds S1,S2,...     diloco: each worker's relative speed, in (0, 1], one per worker
-                         (1 = the fastest); time is modelled in units of a speed-1 inner step
+  --speeds S1,S2,...     diloco: each worker's relative speed, in (0, 1], one per worker id
+                         (--workers, then the new ids --join brings in; 1 = the fastest); time
+                         is modelled in units of a speed-1 inner step
   --round-policy P       with --speeds: deadline (default): a round lasts --outer-interval
                          units, worker i does max(1, floor(H x S_i)) steps and weighs its
                          tokens in the average; wait: everyone does H steps, the round lasts
-                         H / min(S) units
+                         H / min(S) units (the slowest of the round's workers); adaptive: the
+                         round lasts DiLoCo's adaptive deadline D, worker i does
+                         min(H, max(1, floor(D x S_i))) steps, reports arrival H / S_i, and D
+                         follows the arrivals (--deadline)
+  --deadline Q,GRACE,FLOOR,CAP
+                         --round-policy adaptive: D = clamp(the Q-quantile of the last 4
+                         rounds' arrivals + GRACE, FLOOR, CAP), in speed-1 steps; Q in (0, 1],
+                         0 <= FLOOR <= CAP, CAP > 0; the first round's D is CAP (default
+                         0.75,0,H,4H with H = --outer-interval)
 
 Output
   --csv FILE             one row per evaluation: strategy,step,eval_loss,eval_ppl,train_loss,
@@ -633,7 +679,14 @@ inline std::string printable(std::string_view s) {
 
 // printable(s) in single quotes, as the messages quote a value. (Not named "quoted": for a
 // std::string argument, argument-dependent lookup would pick std::quoted instead.)
-inline std::string quoted_value(std::string_view s) { return "'" + printable(s) + "'"; }
+// (Appended rather than "'" + printable(s): GCC 12 at -O3 reports a false -Wrestrict on
+// that operator+ once enough callers inline it.)
+inline std::string quoted_value(std::string_view s) {
+    std::string out(1, '\'');
+    out += printable(s);
+    out += '\'';
+    return out;
+}
 
 namespace detail {
 
@@ -753,6 +806,33 @@ inline network_config parse_network(std::string_view opt, std::string_view spec)
     return {std::string(spec), bits / 8.0, latency};
 }
 
+// One --network item: SPEC, or SPEC;W=SPEC;W=SPEC... with worker W's own link. The label
+// is the item as given.
+inline network_config parse_network_item(std::string_view opt, std::string_view item) {
+    const std::size_t semi = item.find(';');
+    network_config net = parse_network(opt, item.substr(0, semi));
+    if (semi == std::string_view::npos) return net;
+    net.label = std::string(item);
+    std::size_t pos = semi + 1;
+    while (true) {
+        const std::size_t next = item.find(';', pos);
+        const std::string_view o = item.substr(pos, next == std::string_view::npos ? item.npos : next - pos);
+        const std::size_t eq = o.find('=');
+        if (eq == std::string_view::npos)
+            bad_value(opt, o, "expected a worker's own link as W=SPEC (e.g. 2=100Mbps,80ms or 2=internet)");
+        const int w = parse_int<int>(std::string(opt) + " (worker)", o.substr(0, eq), 0, 255);
+        for (const auto& l : net.links)
+            if (l.worker == w) bad_value(opt, item, "gives worker " + std::to_string(w) + " a link twice");
+        const network_config link = parse_network(opt, o.substr(eq + 1));
+        net.links.push_back({w, link.bandwidth_bytes_per_s, link.latency_s});
+        if (next == std::string_view::npos) break;
+        pos = next + 1;
+    }
+    std::sort(net.links.begin(), net.links.end(),
+              [](const network_link& a, const network_link& b) { return a.worker < b.worker; });
+    return net;
+}
+
 // --fail and --join: W@STEP[,W@STEP...]; the steps are checked against --steps later.
 inline std::vector<membership_event> parse_events(std::string_view opt, std::string_view v) {
     std::vector<membership_event> out;
@@ -794,31 +874,45 @@ inline void check_elastic(const sim_config& c, const std::string& strategy_list,
         if (c.min_workers > c.workers)
             throw usage_error("--min-workers: " + std::to_string(c.min_workers) + " is larger than the world (--workers " +
                               std::to_string(c.workers) + ")");
-        if (!c.networks.empty())
-            throw usage_error("--network: the network model assumes workers in lock step; it does not combine with " +
-                              opt);
         for (auto s : c.strategies) {
             std::string error;
             make_membership_plan(c.workers, c.steps, round_lengths(c, s), c.fails, c.joins, error);
             if (!error.empty()) throw usage_error(error);
         }
     }
+    // Per-worker links name workers of this run; a round-trained run's modelled time
+    // must not depend on the measured compute (the same on every worker and every run).
+    const int capacity = world_capacity(c);
+    for (const auto& net : c.networks)
+        for (const auto& l : net.links)
+            if (l.worker >= capacity)
+                throw usage_error("--network: " + net.label + " gives worker " + std::to_string(l.worker) +
+                                  " a link, but it is not in this run (--workers " + std::to_string(c.workers) +
+                                  (capacity > c.workers
+                                       ? " and the new ids --join brings in: " + std::to_string(capacity) + " ids in all"
+                                       : std::string()) +
+                                  ")");
+    if (!c.networks.empty() && round_trained(c) && !(c.step_time_s > 0))
+        throw usage_error("--network: with --speeds, --fail, --join or --min-workers it needs --step-time (a round's "
+                          "modelled time adds its communication to its compute, which must not depend on the "
+                          "measured compute)");
     if (!c.speeds.empty()) {
-        if (c.speeds.size() != static_cast<std::size_t>(c.workers))
-            throw usage_error("--speeds: gives " + std::to_string(c.speeds.size()) + " speed(s) for --workers " +
-                              std::to_string(c.workers) + " (one per worker)");
+        if (c.speeds.size() != static_cast<std::size_t>(capacity)) {
+            if (capacity == c.workers)
+                throw usage_error("--speeds: gives " + std::to_string(c.speeds.size()) + " speed(s) for --workers " +
+                                  std::to_string(c.workers) + " (one per worker)");
+            throw usage_error("--speeds: gives " + std::to_string(c.speeds.size()) + " speed(s) for " +
+                              std::to_string(capacity) + " worker ids (--workers " + std::to_string(c.workers) +
+                              " and the " + std::to_string(capacity - c.workers) +
+                              " new id(s) --join brings in; one per id, in id order)");
+        }
         if (c.strategies != std::vector<strategy_kind>{strategy_kind::diloco})
             throw usage_error("--speeds: applies to --strategy diloco only (rounds at a deadline use DiLoCo's manual "
                               "outer steps; every other strategy meets in lock step), but --strategy is " +
                               strategy_list);
-        if (elastic)
-            throw usage_error("--speeds: does not combine with " + opt + " in this version (the modelled time of a "
-                              "round is defined for a fixed set of workers)");
-        if (!c.networks.empty())
-            throw usage_error("--network: the network model assumes workers in lock step; it does not combine with "
-                              "--speeds");
-        if (c.round_policy == round_policy_kind::deadline && c.steps % c.outer_interval != 0)
-            throw usage_error("--round-policy deadline: --steps (" + std::to_string(c.steps) +
+        if (c.round_policy != round_policy_kind::wait && c.steps % c.outer_interval != 0)
+            throw usage_error("--round-policy " + std::string(name_of(c.round_policy)) + ": --steps (" +
+                              std::to_string(c.steps) +
                               ") must be a multiple of --outer-interval (" + std::to_string(c.outer_interval) +
                               "), so that every round ends at a deadline");
     }
@@ -873,6 +967,7 @@ inline sim_config parse_cli(std::span<const std::string> args) {
     std::vector<std::string> mlp_only, gpt_only;
     std::vector<std::string> seen;
     bool timeout_given = false, round_policy_given = false;
+    bool deadline_given = false;
     bool aggregate_given = false;
 
     for (std::size_t i = 0; i < args.size(); ++i) {
@@ -908,6 +1003,7 @@ inline sim_config parse_cli(std::span<const std::string> args) {
             "--island-size", "--csv", "--codec", "--outer-codec", "--codec-block", "--error-feedback", "--outer-topk",
             "--model", "--d-model", "--heads", "--lr-schedule", "--clip", "--threads", "--fragments",
             "--overlap-steps", "--mix", "--network", "--step-time", "--fail", "--join", "--min-workers",
+            "--deadline",
             "--timeout-ms", "--speeds", "--round-policy", "--aggregate", "--byzantine"};
         bool is_known = false;
         for (auto k : known) is_known = is_known || k == opt;
@@ -1130,7 +1226,7 @@ inline sim_config parse_cli(std::span<const std::string> args) {
             while (true) {
                 const std::size_t plus = v.find('+', pos);
                 const std::string_view item = v.substr(pos, plus == std::string_view::npos ? v.npos : plus - pos);
-                network_config net = detail::parse_network(opt, item);
+                network_config net = detail::parse_network_item(opt, item);
                 for (const auto& prev : c.networks)
                     if (prev.label == net.label) detail::bad_value(opt, v, "lists " + quoted_value(net.label) + " twice");
                 c.networks.push_back(std::move(net));
@@ -1169,6 +1265,26 @@ inline sim_config parse_cli(std::span<const std::string> args) {
         } else if (opt == "--round-policy") {
             c.round_policy = detail::parse_enum<round_policy_kind>(opt, v, round_policy_names);
             round_policy_given = true;
+        } else if (opt == "--deadline") {
+            double x[4];
+            std::size_t pos = 0;
+            for (int k = 0; k < 4; ++k) {
+                const std::size_t comma = v.find(',', pos);
+                if ((k < 3) != (comma != std::string_view::npos))
+                    detail::bad_value(opt, v, "expected Q,GRACE,FLOOR,CAP (four numbers)");
+                x[k] = detail::parse_double(opt, v.substr(pos, comma == std::string_view::npos ? v.npos : comma - pos));
+                pos = comma + 1;
+            }
+            if (!(x[0] > 0 && x[0] <= 1)) detail::bad_value(opt, v, "the quantile Q must be in (0, 1]");
+            if (!(x[1] >= 0)) detail::bad_value(opt, v, "GRACE must be >= 0");
+            if (!(x[2] >= 0)) detail::bad_value(opt, v, "FLOOR must be >= 0");
+            if (!(x[3] > 0)) detail::bad_value(opt, v, "CAP must be > 0");
+            if (x[3] < x[2]) detail::bad_value(opt, v, "CAP must be at least FLOOR");
+            c.deadline_quantile = x[0];
+            c.deadline_grace = x[1];
+            c.deadline_floor = x[2];
+            c.deadline_cap = x[3];
+            deadline_given = true;
         }
     }
 
@@ -1272,6 +1388,12 @@ inline sim_config parse_cli(std::span<const std::string> args) {
         throw usage_error("--outer-lr-schedule: --outer " + std::string(name_of(c.outer)) + " has no learning rate");
     c.outer_lr_end = detail::schedule_end(c.outer_lr_schedule, "--outer-lr-schedule", outer_lr_end_given,
                                           "--outer-lr-end", c.outer_lr_end, 1.0);
+    if (deadline_given && !(timed_run(c) && c.round_policy == round_policy_kind::adaptive))
+        throw usage_error("--deadline: applies to --round-policy adaptive only (with --speeds)");
+    if (!deadline_given) {
+        c.deadline_floor = c.outer_interval;
+        c.deadline_cap = 4.0 * c.outer_interval;
+    }
     detail::check_open_world(c, strategy_list(), aggregate_given);
     detail::check_elastic(c, strategy_list(), timeout_given, round_policy_given);
     return c;

@@ -28,7 +28,8 @@ inline constexpr const char* csv_header = "strategy,step,eval_loss,eval_ppl,trai
 inline std::string network_column(const network_config& net) {
     std::string s = "sim_wall_s_";
     s += net.label;
-    std::replace(s.begin(), s.end(), ',', '_');
+    for (char& ch : s)
+        if (ch == ',' || ch == ';' || ch == '=') ch = '_'; // BW,LAT and per-worker links ("internet;2=...")
     return s;
 }
 
@@ -187,6 +188,21 @@ inline void print_membership_table(std::ostream& os, const std::vector<run_resul
            << detail::number(m.useful_steps, 0) << std::setw(8) << detail::number(m.lost_steps, 0) << std::setw(12)
            << detail::number(m.worker_time, 0) << std::setw(11) << detail::number(m.model_time, 0) << std::setw(9)
            << detail::number(m.goodput, 4) << '\n';
+    }
+    // --round-policy adaptive: the deadlines the rounds closed at.
+    for (const auto& run : runs) {
+        const membership_summary& m = run.membership;
+        if (!m.present || !m.adaptive || run.rows.empty() || m.deadlines.empty()) continue;
+        double sum = 0, lo = m.deadlines.front(), hi = m.deadlines.front();
+        for (double d : m.deadlines) {
+            sum += d;
+            lo = std::min(lo, d);
+            hi = std::max(hi, d);
+        }
+        os << run.rows.back().strategy << ": adaptive deadline over " << m.deadlines.size() << " rounds: mean "
+           << detail::number(sum / static_cast<double>(m.deadlines.size()), 2) << " (min " << detail::number(lo, 2)
+           << ", max " << detail::number(hi, 2) << ", last " << detail::number(m.deadlines.back(), 2)
+           << ") speed-1 steps; late arrivals " << m.late_arrivals << '\n';
     }
 }
 

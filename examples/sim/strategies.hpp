@@ -55,6 +55,12 @@ public:
     // in the coming outer step, and the outer step itself (collective).
     virtual void set_weight(float /*w*/) { throw std::logic_error("set_weight: not a DiLoCo exchanger"); }
     virtual void outer_step() { throw std::logic_error("outer_step: not a DiLoCo exchanger"); }
+    // DiLoCo's adaptive deadline (--round-policy adaptive, diloco_options::deadline): this
+    // worker's arrival in the current round (local), the coming round's deadline (the same on
+    // every worker, updated inside outer_step) and the deadlines so far.
+    virtual void report_arrival(double /*t*/) { throw std::logic_error("report_arrival: not a DiLoCo exchanger"); }
+    virtual double deadline() const { throw std::logic_error("deadline: not a DiLoCo exchanger"); }
+    virtual trickle::deadline_stats deadlines() const { return {}; }
     // The algorithm's membership over an elastic communicator (zeros otherwise).
     virtual trickle::membership_stats membership() const { return {}; }
     // Inner steps the algorithm has counted (a joiner starts at the step it was admitted at).
@@ -144,6 +150,24 @@ public:
     void outer_step() override {
         algorithm_.outer_step(trickle::exec::host{});
         note_peak();
+    }
+    void report_arrival(double t) override {
+        if constexpr (requires { algorithm_.report_arrival(t); })
+            algorithm_.report_arrival(t);
+        else
+            exchanger::report_arrival(t);
+    }
+    double deadline() const override {
+        if constexpr (requires { algorithm_.deadline(); })
+            return algorithm_.deadline();
+        else
+            return exchanger::deadline();
+    }
+    trickle::deadline_stats deadlines() const override {
+        if constexpr (requires { algorithm_.deadlines(); })
+            return algorithm_.deadlines();
+        else
+            return {};
     }
     trickle::membership_stats membership() const override { return algorithm_.membership(); }
     std::uint64_t algorithm_steps() const override { return algorithm_.stats().steps; }

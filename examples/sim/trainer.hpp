@@ -68,6 +68,12 @@ struct membership_summary {
     double worker_time = 0;             // the workers' time, idle included, in speed-1 steps
     double model_time = 0;              // the run's modelled duration, in speed-1 steps
     double goodput = 0;                 // useful_steps / worker_time
+    std::vector<double> round_times;    // each round's modelled duration, in speed-1 steps (with --network: + its communication)
+    // --round-policy adaptive: the deadline each round closed at (speed-1 steps) and the
+    // arrivals after their round's deadline (DiLoCo's deadline_stats).
+    bool adaptive = false;
+    std::vector<double> deadlines;
+    std::uint64_t late_arrivals = 0;
 };
 
 struct run_result {
@@ -267,7 +273,7 @@ run_result run_strategy_with(const Model& model, const sim_config& cfg, const da
             // with the compute per step the model uses (given, or measured so far).
             const double step_compute = step_compute_seconds(cfg, compute_part, t);
             for (std::size_t k = 0; k < cfg.networks.size(); ++k)
-                exposed_part[k][R] = exposed_total(log, t, result.shape, cfg.networks[k], step_compute);
+                exposed_part[k][R] = exposed_total(log, t, result.shape, cfg.networks[k].slowest(N), step_compute);
             const std::size_t b = R * M / W, e = (R + 1) * M / W;
             eval_part[R] = ws.loss_sum(average.data(), data.tokens.data(), data.eval_positions.data() + b, e - b);
             double corr = 0;

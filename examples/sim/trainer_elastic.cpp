@@ -16,7 +16,15 @@
 //   inner steps per round, its j-th at tick min(H, ceil(j / s_i)) of the round, and the
 //   outer step runs at the round's last tick (DiLoCo's manual_outer), each worker weighted
 //   by the tokens it processed; with wait, every worker does every step (DiLoCo as in the
-//   lock-step trainer) and only the modelled time differs.
+//   lock-step trainer) and only the modelled time differs; with adaptive, the round lasts
+//   DiLoCo's adaptive deadline D (diloco_options::deadline, the same on every worker):
+//   worker i does k_i = min(H, max(1, floor(D s_i))) steps, its j-th at tick
+//   ceil(j H / (D s_i)), and reports its arrival H / s_i (its full round's work) before the
+//   outer step, from which the library sets the next D;
+// - the modelled time is data: every round has a duration (its compute: H ticks of 1, or
+//   of 1 / the slowest speed among its workers under wait, or its deadline under adaptive;
+//   plus, with --network, its outer step's communication over the slowest participating
+//   link), and the clock at every tick follows from them, the same on every worker.
 //
 // The evaluations are the lock-step trainer's, over the workers alive at that step: the
 // same split of the work by their position, the same sums in the same order, so a run
@@ -103,13 +111,17 @@ private:
 // and 5 at tick 0 the start (the initial workers build their algorithms together).
 constexpr std::uint64_t key(int t, int phase) { return static_cast<std::uint64_t>(t) * 8u + static_cast<std::uint64_t>(phase); }
 
-// The deadline policy's steps of a worker of speed s in a round of H ticks, and how many
-// it has done by in-round tick u (1..H): step j completes at u = ceil(j / s), the k-th at
-// the deadline at the latest. (The 1e-9 absorbs the rounding of H x s: 0.29 x 100.)
-int deadline_steps(int H, double s) { return std::max(1, static_cast<int>(std::floor(H * s + 1e-9))); }
-int deadline_done(int H, double s, int u) {
-    const int k = deadline_steps(H, s);
-    return u >= H ? k : std::min(k, static_cast<int>(std::floor(u * s + 1e-9)));
+// The steps of a worker of speed s in a round of H ticks that lasts D speed-1 steps (the
+// deadline policy: D = H; adaptive: the round's deadline), and how many it has done by
+// in-round tick u (1..H): step j completes at u = ceil(j H / (D s)) (D = H: ceil(j / s)),
+// the k-th at the round's end at the latest. (The 1e-9 absorbs the rounding of H x s:
+// 0.29 x 100.)
+int deadline_steps(int H, double D, double s) {
+    return std::min(H, std::max(1, static_cast<int>(std::floor(D * s + 1e-9))));
+}
+int deadline_done(int H, double D, double s, int u) {
+    const int k = deadline_steps(H, D, s);
+    return u >= H ? k : std::min(k, static_cast<int>(std::floor(u * s * (D / H) + 1e-9)));
 }
 
 // What one life leaves behind when it ends.
@@ -120,6 +132,7 @@ struct life_outcome {
     std::uint64_t bytes = 0;
     trickle::membership_stats membership{};
     std::uint64_t received = 0; // a joiner: the state it was handed
+    trickle::deadline_stats deadlines{}; // --round-policy adaptive: the deadlines it saw
     trickle::aggregation_stats aggregation{};
     double useful = 0, lost = 0;
 };
@@ -129,8 +142,11 @@ run_result run_rounds_with(const Model& model, const sim_config& cfg, const data
                            step_observer* observer) {
     using clock = std::chrono::steady_clock;
     const bool elastic = elastic_run(cfg);
-    const bool deadline = timed_run(cfg) && cfg.round_policy == round_policy_kind::deadline;
-    const int H = cfg.outer_interval; // the deadline policy's rounds (DiLoCo)
+    const bool timed = timed_run(cfg);
+    const bool adaptive = timed && cfg.round_policy == round_policy_kind::adaptive;
+    // Rounds that close at a deadline (deadline, adaptive): DiLoCo's manual outer steps.
+    const bool deadline = timed && cfg.round_policy != round_policy_kind::wait;
+    const int H = cfg.outer_interval; // the deadline policies' rounds (DiLoCo)
     std::string plan_error;
     const membership_plan plan =
         make_membership_plan(cfg.workers, cfg.steps, round_lengths(cfg, kind), cfg.fails, cfg.joins, plan_error);
@@ -150,12 +166,67 @@ run_result run_rounds_with(const Model& model, const sim_config& cfg, const data
 
     const std::size_t n = model.size();
     const std::size_t L = plan.lives.size();
-    // Modelled time per tick: 1 (a speed-1 step), or under --round-policy wait the slowest
-    // worker's step, which every round waits for.
-    double scale = 1.0;
-    if (timed_run(cfg) && cfg.round_policy == round_policy_kind::wait)
-        scale = 1.0 / *std::min_element(cfg.speeds.begin(), cfg.speeds.end());
-    const auto time_at = [&](int t) { return scale * t; };
+    const std::size_t NN = cfg.networks.size();
+    const auto S = static_cast<std::size_t>(cfg.steps) + 1;
+    // The modelled time, from the rounds' durations (docs/simulator.md): compute[t], the
+    // compute clock at tick t in speed-1 steps, and comm_s[k][t], the seconds of communication
+    // on --network k by tick t (a round's outer step adds its own at the round's last tick).
+    // A round's compute lasts its ticks, each of 1 (no --speeds, deadline), of 1 / the
+    // slowest speed among the round's workers (wait), or D / H (adaptive: the round lasts its
+    // deadline D). The fixed policies' clock is set here; the adaptive rounds' and the
+    // communication as the run goes, every worker writing the same values (they agree on the
+    // deadline and on every participant's traffic). Read and written under clock_mu.
+    std::mutex clock_mu;
+    std::vector<double> compute(S, 0.0);
+    std::vector<std::vector<double>> comm_s(NN, std::vector<double>(S, 0.0));
+    // The last tick of the round that begins after tick P (a round end, or the last step).
+    const auto round_after = [&](int P) { return std::min(cfg.steps, plan.round_end_of(P + 1)); };
+    if (!adaptive) {
+        std::vector<std::pair<int, double>> ticks; // each round's end and its tick's duration
+        for (int P = 0; P < cfg.steps; P = round_after(P)) {
+            double slowest = 1.0;
+            if (timed && cfg.round_policy == round_policy_kind::wait)
+                for (const auto& l : plan.lives)
+                    if ((!l.joiner || l.admit <= P) && l.end > P)
+                        slowest = std::min(slowest, cfg.speeds[static_cast<std::size_t>(l.id)]);
+            ticks.emplace_back(round_after(P), 1.0 / slowest);
+        }
+        bool uniform = true;
+        for (const auto& r : ticks) uniform = uniform && r.second == ticks.front().second;
+        // One tick length throughout: the clock is that length x t, as it always was.
+        for (std::size_t r = 0, P = 0; r < ticks.size(); P = static_cast<std::size_t>(ticks[r++].first))
+            for (auto t = P + 1; t <= static_cast<std::size_t>(ticks[r].first); ++t)
+                compute[t] = uniform ? ticks[r].second * static_cast<double>(t)
+                                     : compute[P] + ticks[r].second * static_cast<double>(t - P);
+    }
+    const auto time_at = [&](int t) {
+        std::lock_guard lock(clock_mu);
+        const auto T = static_cast<std::size_t>(t);
+        return NN == 0 ? compute[T] : compute[T] + comm_s[0][T] / cfg.step_time_s;
+    };
+    // The modelled wall time on --network k, in seconds (--step-time per speed-1 step).
+    const auto wall_at = [&](std::size_t k, int t) {
+        std::lock_guard lock(clock_mu);
+        const auto T = static_cast<std::size_t>(t);
+        return compute[T] * cfg.step_time_s + comm_s[k][T];
+    };
+    // A worker beginning the round after tick P (at its start, or after the round's outer
+    // step): the round's compute clock (adaptive: it lasts the deadline D) and, until its
+    // outer step, the communication so far.
+    const auto begin_round = [&](int P, double D) {
+        if (!adaptive && NN == 0) return;
+        const int T = round_after(P);
+        std::lock_guard lock(clock_mu);
+        const auto P_ = static_cast<std::size_t>(P);
+        for (auto t = P_ + 1; t <= static_cast<std::size_t>(T); ++t) {
+            if (adaptive)
+                compute[t] = t == static_cast<std::size_t>(T) ? compute[P_] + D
+                                                              : compute[P_] + D * static_cast<double>(t - P_) / H;
+            for (auto& c : comm_s) c[t] = c[P_];
+        }
+    };
+    // --network: each participant's traffic in the round ending at a tick, (ops, bytes) by life.
+    std::map<int, std::vector<std::pair<std::uint64_t, std::uint64_t>>> round_traffic;
     // A life's time by tick t: from its start (or release) to its failure or t.
     const auto life_time = [&](const worker_life& l, int t) {
         if (l.start > t) return 0.0;
@@ -226,6 +297,11 @@ run_result run_rounds_with(const Model& model, const sim_config& cfg, const data
         dopts.min_workers = cfg.min_workers;
         dopts.join = me.joiner;
         dopts.manual_outer = deadline;
+        if (adaptive)
+            dopts.deadline = {.quantile = cfg.deadline_quantile,
+                              .grace = cfg.deadline_grace,
+                              .floor = cfg.deadline_floor,
+                              .cap = cfg.deadline_cap};
         trickle::sparta_options sopts = make_sparta_options(cfg);
         sopts.min_workers = cfg.min_workers;
         sopts.join = me.joiner;
@@ -243,7 +319,8 @@ run_result run_rounds_with(const Model& model, const sim_config& cfg, const data
         int t0 = 0;
         if (me.joiner) {
             // Its constructor took part in the round that admitted it.
-            t0 = static_cast<int>(ex->algorithm_steps());
+            // (Under the deadline policies a worker counts its own inner steps, not the ticks.)
+            t0 = deadline ? me.admit : static_cast<int>(ex->algorithm_steps());
             if (t0 != me.admit)
                 throw std::logic_error("trickle-sim: worker " + std::to_string(id) + " was admitted at step " +
                                        std::to_string(t0) + ", not at the planned " + std::to_string(me.admit));
@@ -264,6 +341,8 @@ run_result run_rounds_with(const Model& model, const sim_config& cfg, const data
         double last_loss = std::numeric_limits<double>::quiet_NaN();
         double useful = 0, pending = 0; // steps that reached the model; steps since the last round
         int done_in_round = 0;
+        double round_D = H; // the current round's duration in speed-1 steps (adaptive: its deadline)
+        traffic_split seen = ex->traffic(); // --network: the traffic before the current round
 
         // Joiners still waiting to register with the world before the round at tick t: the
         // members hold there until they have, so the renewal admits them (deterministic).
@@ -343,6 +422,10 @@ run_result run_rounds_with(const Model& model, const sim_config& cfg, const data
                 row.live_workers = Wi;
                 row.epoch = epoch_part[k];
                 row.model_time = time_at(t);
+                if (NN > 0) {
+                    row.step_compute_s = cfg.step_time_s;
+                    for (std::size_t q = 0; q < NN; ++q) row.sim_wall_s.push_back(wall_at(q, t));
+                }
                 row.goodput = time_all > 0 ? useful_all / time_all : 0.0;
                 std::lock_guard lock(mu);
                 result.rows.push_back(std::move(row));
@@ -350,6 +433,10 @@ run_result run_rounds_with(const Model& model, const sim_config& cfg, const data
             meet.arrive_and_wait(key(t, 4), Wi); // the row is written; the parts may change again
         };
 
+        if (adaptive) round_D = ex->deadline();
+        // (A joiner's first round was begun by the members, after the outer step it took
+        // part in and whose communication they are still adding.)
+        if (!me.joiner) begin_round(t0, round_D);
         if (me.joiner && (t0 % cfg.eval_every == 0 || t0 == cfg.steps)) evaluate(t0);
         for (int t = t0 + 1; t <= cfg.steps; ++t) {
             if (me.fails && t == me.end + 1) {
@@ -374,7 +461,7 @@ run_result run_rounds_with(const Model& model, const sim_config& cfg, const data
             bool stepped = true;
             if (deadline) {
                 const int u = t - (t - 1) / H * H; // 1..H within the round
-                stepped = deadline_done(H, speed, u) > done_in_round;
+                stepped = deadline_done(H, round_D, speed, u) > done_in_round;
             }
             if (stepped) {
                 for (auto& p : batch) p = shard[batches.below(shard.size())];
@@ -398,6 +485,7 @@ run_result run_rounds_with(const Model& model, const sim_config& cfg, const data
             if (deadline) {
                 if (stepped) ex->after_step(); // counts the inner step (manual_outer)
                 if (boundary) {
+                    if (adaptive) ex->report_arrival(H / speed); // when its full round (H steps) would end
                     ex->set_weight(static_cast<float>(done_in_round * tokens_per_step));
                     if (byz) byz->before_outer(params);
                     ex->outer_step();
@@ -411,6 +499,50 @@ run_result run_rounds_with(const Model& model, const sim_config& cfg, const data
                 if (corrupt) byz->after_outer(params);
             }
             if (t == cfg.steps) ex->finish();
+            if (boundary && NN > 0) {
+                // The round's communication: what each participant sent since the previous
+                // round, over the slowest participating link (the joiners admitted now took
+                // part in their constructors and are not counted).
+                const traffic_split now = ex->traffic();
+                const std::pair<std::uint64_t, std::uint64_t> mine{
+                    now.blocking_ops + now.hidden_ops - seen.blocking_ops - seen.hidden_ops,
+                    now.blocking_bytes + now.hidden_bytes - seen.blocking_bytes - seen.hidden_bytes};
+                seen = now;
+                std::vector<int> parts;
+                for (int a : plan.alive_after(t)) {
+                    const worker_life& l = plan.lives[static_cast<std::size_t>(a)];
+                    if (!(l.joiner && l.admit == t)) parts.push_back(a);
+                }
+                {
+                    std::lock_guard lock(clock_mu);
+                    auto& slot = round_traffic[t];
+                    slot.resize(L);
+                    slot[k] = mine;
+                }
+                meet.arrive_and_wait(key(t, 6), static_cast<int>(parts.size()));
+                std::lock_guard lock(clock_mu);
+                const auto& slot = round_traffic[t];
+                std::uint64_t ops = 0, bytes = 0;
+                for (int a : parts) {
+                    ops = std::max(ops, slot[static_cast<std::size_t>(a)].first);
+                    bytes = std::max(bytes, slot[static_cast<std::size_t>(a)].second);
+                }
+                const int rounds = exchange_rounds(cfg.topology, static_cast<int>(parts.size()), cfg.island_size);
+                const auto P = static_cast<std::size_t>(plan.previous_round_end(t));
+                for (std::size_t q = 0; q < NN; ++q) {
+                    network_config slowest = cfg.networks[q];
+                    for (int a : parts) {
+                        const network_link l = cfg.networks[q].link_of(plan.lives[static_cast<std::size_t>(a)].id);
+                        slowest.bandwidth_bytes_per_s = std::min(slowest.bandwidth_bytes_per_s, l.bandwidth_bytes_per_s);
+                        slowest.latency_s = std::max(slowest.latency_s, l.latency_s);
+                    }
+                    comm_s[q][static_cast<std::size_t>(t)] = comm_s[q][P] + op_seconds(slowest, ops, rounds, bytes);
+                }
+            }
+            if (boundary && t < cfg.steps) {
+                if (adaptive) round_D = ex->deadline();
+                begin_round(t, round_D);
+            }
             if (boundary && counts_steps(t) && ex->membership().rounds_below_quorum == skipped) {
                 useful += pending;
                 pending = 0;
@@ -429,6 +561,7 @@ run_result run_rounds_with(const Model& model, const sim_config& cfg, const data
             ws.loss_sum(params.data(), data.tokens.data(), data.eval_positions.data(), M) / eval_targets;
         out.bytes = ex->bytes_sent();
         out.membership = ex->membership();
+        if (adaptive) out.deadlines = ex->deadlines();
         out.aggregation = ex->aggregation();
         out.useful = useful + pending;
         std::lock_guard lock(mu);
@@ -510,6 +643,20 @@ run_result run_rounds_with(const Model& model, const sim_config& cfg, const data
         ms.worker_time += life_time(plan.lives[k], cfg.steps);
     }
     ms.model_time = time_at(cfg.steps);
+    for (int P = 0; P < cfg.steps; P = round_after(P)) ms.round_times.push_back(time_at(round_after(P)) - time_at(P));
+    if (adaptive) {
+        // The deadlines as the longest-lived worker saw them (a joiner's history starts at
+        // its admission; the late count travels with the state).
+        ms.adaptive = true;
+        const trickle::deadline_stats* best = nullptr;
+        for (const auto& o : outcome)
+            if (o.alive_at_end && (best == nullptr || o.deadlines.history.size() > best->history.size()))
+                best = &o.deadlines;
+        if (best != nullptr) {
+            ms.deadlines = best->history;
+            ms.late_arrivals = best->late;
+        }
+    }
     ms.goodput = ms.worker_time > 0 ? ms.useful_steps / ms.worker_time : 0.0;
     result.wall_s = result.rows.empty() ? 0.0 : result.rows.back().wall_s;
     return result;

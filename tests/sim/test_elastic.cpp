@@ -119,7 +119,7 @@ TEST_CASE("elastic cli: bad input is an error that names the option") {
         {{"--strategy", "diloco", "--topology", "ring", "--fail", "1@10"}, "--fail: needs --topology all-reduce (the other topologies fix their groups to the world's size), not ring"},
         {{"--strategy", "sparta", "--topology", "gossip", "--min-workers", "2"}, "--min-workers: needs --topology all-reduce"},
         {{"--strategy", "sparta", "--overlap", "--fail", "1@10"}, "--fail: does not combine with --overlap"},
-        {{"--strategy", "diloco", "--fail", "1@10", "--network", "internet"}, "--network: the network model assumes workers in lock step; it does not combine with --fail"},
+        {{"--strategy", "diloco", "--fail", "1@10", "--network", "internet"}, "--network: with --speeds, --fail, --join or --min-workers it needs --step-time"},
         // --min-workers and --timeout-ms.
         {{"--strategy", "diloco", "--min-workers", "0"}, "--min-workers: must be in [1, 256], got '0'"},
         {{"--strategy", "diloco", "--min-workers", "5"}, "--min-workers: 5 is larger than the world (--workers 4)"},
@@ -136,11 +136,36 @@ TEST_CASE("elastic cli: bad input is an error that names the option") {
         {{"--strategy", "sparta", "--workers", "2", "--speeds", "1,0.5"}, "--speeds: applies to --strategy diloco only (rounds at a deadline use DiLoCo's manual outer steps; every other strategy meets in lock step), but --strategy is sparta"},
         {{"--workers", "2", "--speeds", "1,0.5"}, "--speeds: applies to --strategy diloco only"},
         {{"--strategy", "diloco", "--round-policy", "wait"}, "--round-policy: applies with --speeds only"},
-        {{"--strategy", "diloco", "--workers", "2", "--speeds", "1,1", "--round-policy", "late"}, "--round-policy: expected one of deadline|wait, got 'late'"},
+        {{"--strategy", "diloco", "--workers", "2", "--speeds", "1,1", "--round-policy", "late"}, "--round-policy: expected one of deadline|wait|adaptive, got 'late'"},
         {{"--strategy", "diloco", "--workers", "2", "--speeds", "1,0.5", "--steps", "150"}, "--round-policy deadline: --steps (150) must be a multiple of --outer-interval (100)"},
-        {{"--strategy", "diloco", "--workers", "2", "--speeds", "1,0.5", "--fail", "1@10"}, "--speeds: does not combine with --fail in this version"},
-        {{"--strategy", "diloco", "--workers", "2", "--speeds", "1,0.5", "--min-workers", "1"}, "--speeds: does not combine with --min-workers"},
-        {{"--strategy", "diloco", "--workers", "2", "--speeds", "1,0.5", "--network", "internet"}, "--network: the network model assumes workers in lock step; it does not combine with --speeds"},
+        // --speeds with --join: one speed per id, the new ones included.
+        {{"--strategy", "diloco", "--workers", "2", "--speeds", "1,0.5", "--join", "2@10"}, "--speeds: gives 2 speed(s) for 3 worker ids (--workers 2 and the 1 new id(s) --join brings in; one per id, in id order)"},
+        {{"--strategy", "diloco", "--workers", "2", "--speeds", "1,0.5,0.5", "--fail", "1@10"}, "--speeds: gives 3 speed(s) for --workers 2 (one per worker)"},
+        // --speeds and the elastic options with --network: --step-time.
+        {{"--strategy", "diloco", "--workers", "2", "--speeds", "1,0.5", "--network", "internet"}, "--network: with --speeds, --fail, --join or --min-workers it needs --step-time (a round's modelled time adds its communication to its compute, which must not depend on the measured compute)"},
+        // Per-worker links.
+        {{"--strategy", "diloco", "--network", "internet;2"}, "--network: expected a worker's own link as W=SPEC (e.g. 2=100Mbps,80ms or 2=internet), got '2'"},
+        {{"--strategy", "diloco", "--network", "internet;x=datacenter"}, "--network (worker): expected an integer, got 'x'"},
+        {{"--strategy", "diloco", "--network", "internet;300=datacenter"}, "--network (worker): must be in [0, 255], got '300'"},
+        {{"--strategy", "diloco", "--network", "internet;1=fast"}, "--network: expected a preset (datacenter|cross-region|internet) or BANDWIDTH,LATENCY such as 1Gbps,50ms, got 'fast'"},
+        {{"--strategy", "diloco", "--network", "internet;1=1Gbps,5"}, "--network: unknown unit '' of the latency (expected us|ms|s), got '1Gbps,5'"},
+        {{"--strategy", "diloco", "--network", "internet;1=internet;1=datacenter"}, "--network: gives worker 1 a link twice, got 'internet;1=internet;1=datacenter'"},
+        {{"--strategy", "diloco", "--network", "internet;"}, "--network: expected a worker's own link as W=SPEC"},
+        {{"--strategy", "diloco", "--network", "internet;4=datacenter"}, "--network: internet;4=datacenter gives worker 4 a link, but it is not in this run (--workers 4)"},
+        {{"--strategy", "diloco", "--workers", "2", "--join", "2@10", "--step-time", "1", "--network", "internet;3=datacenter"}, "gives worker 3 a link, but it is not in this run (--workers 2 and the new ids --join brings in: 3 ids in all)"},
+        // --round-policy adaptive and --deadline.
+        {{"--strategy", "diloco", "--workers", "2", "--speeds", "1,0.5", "--round-policy", "adaptive", "--steps", "150"}, "--round-policy adaptive: --steps (150) must be a multiple of --outer-interval (100)"},
+        {{"--strategy", "diloco", "--workers", "2", "--speeds", "1,0.5", "--deadline", "0.5,0,100,400"}, "--deadline: applies to --round-policy adaptive only (with --speeds)"},
+        {{"--strategy", "diloco", "--deadline", "0.5,0,100,400"}, "--deadline: applies to --round-policy adaptive only"},
+        {{"--strategy", "diloco", "--workers", "2", "--speeds", "1,0.5", "--round-policy", "adaptive", "--deadline", "0.5,0,300,200"}, "--deadline: CAP must be at least FLOOR, got '0.5,0,300,200'"},
+        {{"--strategy", "diloco", "--workers", "2", "--speeds", "1,0.5", "--round-policy", "adaptive", "--deadline", "0,0,100,200"}, "--deadline: the quantile Q must be in (0, 1], got '0,0,100,200'"},
+        {{"--strategy", "diloco", "--workers", "2", "--speeds", "1,0.5", "--round-policy", "adaptive", "--deadline", "1.5,0,100,200"}, "--deadline: the quantile Q must be in (0, 1]"},
+        {{"--strategy", "diloco", "--workers", "2", "--speeds", "1,0.5", "--round-policy", "adaptive", "--deadline", "0.5,-1,100,200"}, "--deadline: GRACE must be >= 0"},
+        {{"--strategy", "diloco", "--workers", "2", "--speeds", "1,0.5", "--round-policy", "adaptive", "--deadline", "0.5,0,-1,200"}, "--deadline: FLOOR must be >= 0"},
+        {{"--strategy", "diloco", "--workers", "2", "--speeds", "1,0.5", "--round-policy", "adaptive", "--deadline", "0.5,0,0,0"}, "--deadline: CAP must be > 0"},
+        {{"--strategy", "diloco", "--workers", "2", "--speeds", "1,0.5", "--round-policy", "adaptive", "--deadline", "0.5,0,100"}, "--deadline: expected Q,GRACE,FLOOR,CAP (four numbers), got '0.5,0,100'"},
+        {{"--strategy", "diloco", "--workers", "2", "--speeds", "1,0.5", "--round-policy", "adaptive", "--deadline", "0.5,0,100,200,4"}, "--deadline: expected Q,GRACE,FLOOR,CAP (four numbers)"},
+        {{"--strategy", "diloco", "--workers", "2", "--speeds", "1,0.5", "--round-policy", "adaptive", "--deadline", "0.5,0,x,200"}, "--deadline: expected a finite number, got 'x'"},
         // The existing checks still hold.
         {{"--strategy", "sparta", "--topology", "gossip", "--workers", "1"}, "--topology gossip: needs at least 2 workers"},
     };
@@ -164,7 +189,8 @@ TEST_CASE("elastic cli: --help documents the new options") {
     std::ostringstream out, err;
     REQUIRE(run_cli(std::vector<std::string>{"--help"}, out, err) == 0);
     for (const char* opt : {"--fail", "--join", "--min-workers", "--timeout-ms", "--speeds", "--round-policy",
-                            "deadline", "wait", "live_workers,epoch,model_time,goodput"})
+                            "deadline", "wait", "adaptive", "--deadline Q,GRACE,FLOOR,CAP", "'SPEC;W=SPEC;...'",
+                            "live_workers,epoch,model_time,goodput"})
         CHECK_MESSAGE(out.str().find(opt) != std::string::npos, opt);
 }
 
@@ -472,4 +498,198 @@ TEST_CASE("elastic runs: the progress line names the members and the epoch") {
     CHECK(rec.workers.back() == 2);
     CHECK(rec.epochs.front() == 0);
     CHECK(rec.epochs.back() == 1);
+}
+
+TEST_CASE("elastic cli: --speeds with joins, --deadline and per-worker --network links parse") {
+    const sim_config c = parse_cli(std::vector<std::string>{
+        "--strategy", "diloco", "--workers", "2", "--speeds", "1,0.5,0.25", "--fail", "1@10", "--join", "1@100,2@100",
+        "--steps", "300", "--round-policy", "adaptive", "--network", "internet;2=100Mbps,80ms;0=datacenter",
+        "--step-time", "5"});
+    CHECK(c.speeds == std::vector<double>{1.0, 0.5, 0.25});
+    CHECK(c.round_policy == round_policy_kind::adaptive);
+    // The defaults: 0.75, 0, H, 4H.
+    CHECK(c.deadline_quantile == 0.75);
+    CHECK(c.deadline_grace == 0);
+    CHECK(c.deadline_floor == 100);
+    CHECK(c.deadline_cap == 400);
+    REQUIRE(c.networks.size() == 1);
+    const network_config& net = c.networks[0];
+    CHECK(net.label == "internet;2=100Mbps,80ms;0=datacenter");
+    REQUIRE(net.links.size() == 2);
+    CHECK(net.links[0].worker == 0);
+    CHECK(net.links[1].worker == 2);
+    CHECK(net.link_of(2).bandwidth_bytes_per_s == 100e6 / 8);
+    CHECK(net.link_of(2).latency_s == doctest::Approx(0.08));
+    CHECK(net.link_of(1).bandwidth_bytes_per_s == 1e9 / 8);
+    CHECK(net.link_of(0).latency_s == doctest::Approx(10e-6));
+    // The slowest link among workers 0..N-1: the least bandwidth, the most latency.
+    CHECK(net.slowest(2).bandwidth_bytes_per_s == 1e9 / 8);
+    CHECK(net.slowest(3).bandwidth_bytes_per_s == 100e6 / 8);
+    CHECK(net.slowest(3).latency_s == doctest::Approx(0.08));
+    const sim_config d = parse_cli(std::vector<std::string>{"--strategy", "diloco", "--workers", "2", "--speeds", "1,0.5",
+                                                            "--round-policy", "adaptive", "--deadline", "0.5,2,10,30"});
+    CHECK(d.deadline_quantile == 0.5);
+    CHECK(d.deadline_grace == 2);
+    CHECK(d.deadline_floor == 10);
+    CHECK(d.deadline_cap == 30);
+    // Without an override --network is what it was; its CSV column names a link's override plainly.
+    const sim_config e = parse_cli(std::vector<std::string>{"--strategy", "diloco", "--network", "1Gbps,50ms+internet;1=1Mbps,1ms"});
+    REQUIRE(e.networks.size() == 2);
+    CHECK(e.networks[0].label == "1Gbps,50ms");
+    CHECK(e.networks[0].links.empty());
+    CHECK(network_column(e.networks[1]) == "sim_wall_s_internet_1_1Mbps_1ms");
+}
+
+TEST_CASE("elastic runs: --speeds with a failure and a rejoin is deterministic, and its goodput counts the lost work") {
+    sim_config c = tiny(3, 40);
+    c.speeds = {1.0, 0.5, 0.25};
+    c.fails = {{1, 12}};
+    c.joins = {{1, 21}}; // admitted at the round boundary at 30
+    const dataset data = prepare_data(c);
+    const run_result a = run_strategy(c, data, strategy_kind::diloco);
+    const run_result b = run_strategy(c, data, strategy_kind::diloco);
+    CHECK(a.final_ids == std::vector<int>{0, 1, 2});
+    REQUIRE(a.replicas.size() == b.replicas.size());
+    for (std::size_t w = 0; w < a.replicas.size(); ++w) CHECK(bitwise_equal(a.replicas[w], b.replicas[w]));
+    REQUIRE(a.rows.size() == b.rows.size());
+    for (std::size_t i = 0; i < a.rows.size(); ++i) {
+        CHECK(same_bits(a.rows[i].eval_loss, b.rows[i].eval_loss));
+        CHECK(same_bits(a.rows[i].goodput, b.rows[i].goodput));
+    }
+    // Worker 0 (speed 1): 10 steps a round; worker 2 (0.25): 2; worker 1 (0.5): 5 in the
+    // first round, 1 of the second lost at its failure before tick 13, then 5 in the round
+    // after its admission at 30.
+    CHECK(a.membership.lost_steps == 1);
+    CHECK(a.membership.useful_steps == 40 + 8 + 5 + 5);
+    // Lives: 40 + 12 + 40 + the rejoined one from its release at 21.
+    CHECK(a.membership.worker_time == 40 + 12 + 40 + 19);
+    CHECK(a.membership.goodput == doctest::Approx(58.0 / 111.0));
+    CHECK(a.membership.goodput > 0);
+    CHECK(a.membership.goodput <= 1);
+    CHECK(a.membership.model_time == 40);
+    CHECK(a.membership.round_times == std::vector<double>{10, 10, 10, 10});
+    for (const auto& rep : a.replicas) CHECK(bitwise_equal(rep, a.replicas[0]));
+    // wait: every round waits for the slowest of its workers (0.25 throughout).
+    c.round_policy = round_policy_kind::wait;
+    const run_result w = run_strategy(c, data, strategy_kind::diloco);
+    CHECK(w.membership.model_time == 160);
+    CHECK(w.final_ids == std::vector<int>{0, 1, 2});
+    CHECK(w.membership.goodput > 0);
+    CHECK(w.membership.goodput <= 1);
+    // A new id joins at its own speed; without the slowest worker the rounds are shorter.
+    sim_config j = tiny(2, 40);
+    j.speeds = {1.0, 0.25, 0.5};
+    j.fails = {{1, 5}};
+    j.joins = {{2, 5}}; // admitted at 10
+    j.round_policy = round_policy_kind::wait;
+    const run_result r = run(j, strategy_kind::diloco);
+    CHECK(r.final_ids == std::vector<int>{0, 2});
+    CHECK(r.membership.round_times == std::vector<double>{40, 20, 20, 20});
+    CHECK(r.membership.model_time == 100);
+}
+
+TEST_CASE("elastic runs: --speeds with --network adds each round's communication over the slowest link") {
+    sim_config c = tiny(2, 20);
+    c.speeds = {1.0, 0.5};
+    c.step_time_s = 0.001;
+    c.networks = {parse_cli(std::vector<std::string>{"--network", "1Mbps,0ms"}).networks[0]};
+    const dataset data = prepare_data(c);
+    const run_result a = run_strategy(c, data, strategy_kind::diloco);
+    const run_result b = run_strategy(c, data, strategy_kind::diloco);
+    // Two outer steps, each moving the same bytes: their time at 125 kB/s, in steps of 1 ms.
+    const double bytes = static_cast<double>(std::max(a.bytes_sent[0], a.bytes_sent[1]));
+    REQUIRE(bytes > 0);
+    const double comm_steps = bytes / 125e3 / 0.001;
+    CHECK(a.membership.model_time == doctest::Approx(20 + comm_steps));
+    REQUIRE(a.membership.round_times.size() == 2);
+    CHECK(a.membership.round_times[0] == doctest::Approx(10 + comm_steps / 2));
+    CHECK(a.membership.round_times[1] == doctest::Approx(10 + comm_steps / 2));
+    CHECK(same_bits(a.membership.model_time, b.membership.model_time));
+    CHECK(same_bits(a.membership.goodput, b.membership.goodput));
+    // Idle time while communicating: the goodput drops below the network-free run's 15/20.
+    CHECK(a.membership.goodput == doctest::Approx(30.0 / (2 * (20 + comm_steps))));
+    // The modelled wall time in the CSV's sim_wall_s: compute at --step-time plus the communication.
+    REQUIRE(a.rows.back().sim_wall_s.size() == 1);
+    CHECK(a.rows.back().sim_wall_s[0] == doctest::Approx(20 * 0.001 + bytes / 125e3));
+    CHECK(a.rows.back().step_compute_s == 0.001);
+    // Worker 1 on a link half as fast: every collective runs at its pace.
+    sim_config slow = c;
+    slow.networks = {parse_cli(std::vector<std::string>{"--network", "1Mbps,0ms;1=0.5Mbps,0ms"}).networks[0]};
+    const run_result s = run_strategy(slow, data, strategy_kind::diloco);
+    CHECK(s.membership.model_time == doctest::Approx(20 + 2 * comm_steps));
+    // ... and a faster own link changes nothing (the other link is still the slowest).
+    sim_config fast = c;
+    fast.networks = {parse_cli(std::vector<std::string>{"--network", "1Mbps,0ms;1=1Gbps,0ms"}).networks[0]};
+    CHECK(run_strategy(fast, data, strategy_kind::diloco).membership.model_time == doctest::Approx(20 + comm_steps));
+    // Latency: per operation, per message round (2 workers: 2 rounds of the all-reduce).
+    sim_config lat = c;
+    lat.networks = {parse_cli(std::vector<std::string>{"--network", "1Mbps,1ms"}).networks[0]};
+    const run_result l = run_strategy(lat, data, strategy_kind::diloco);
+    CHECK(l.membership.model_time > a.membership.model_time + 2 * 2 * 1.0 - 1e-9);
+    // An elastic run without --speeds: its rounds add their communication too.
+    sim_config el = tiny(3, 30);
+    el.fails = {{1, 12}};
+    el.step_time_s = 0.001;
+    el.networks = c.networks;
+    const run_result e = run(el, strategy_kind::diloco);
+    CHECK(e.membership.model_time > 30);
+    CHECK(e.final_ids == std::vector<int>{0, 2});
+    CHECK(e.membership.lost_steps == 2);
+}
+
+TEST_CASE("elastic runs: --round-policy adaptive closes each round at the library's deadline") {
+    sim_config c = tiny(4, 40);
+    c.speeds = {1.0, 1.0, 0.5, 0.25};
+    c.round_policy = round_policy_kind::adaptive;
+    c.deadline_quantile = 0.75;
+    c.deadline_floor = 10;
+    c.deadline_cap = 40;
+    const dataset data = prepare_data(c);
+    const run_result a = run_strategy(c, data, strategy_kind::diloco);
+    // The first round waits up to the cap (40): everyone does its 10 steps. Arrivals 10, 10,
+    // 20, 40: the 0.75-quantile is 20, so every later round lasts 20 and the slowest worker
+    // does 5 of its 10 (late each time).
+    CHECK(a.membership.adaptive);
+    CHECK(a.membership.deadlines == std::vector<double>{40, 20, 20, 20});
+    CHECK(a.membership.late_arrivals == 3);
+    CHECK(a.membership.round_times == std::vector<double>{40, 20, 20, 20});
+    CHECK(a.membership.model_time == 100);
+    CHECK(a.membership.useful_steps == 40 + 3 * 35);
+    CHECK(a.membership.worker_time == 400);
+    CHECK(a.membership.goodput == doctest::Approx(145.0 / 400.0));
+    CHECK(a.membership.rounds == "adaptive");
+    for (const auto& rep : a.replicas) CHECK(bitwise_equal(rep, a.replicas[0]));
+    CHECK(a.rows.back().eval_loss < a.rows.front().eval_loss);
+    // The median follows the fast workers: from the second round on, the deadline policy's rounds.
+    c.deadline_quantile = 0.5;
+    const run_result m = run_strategy(c, data, strategy_kind::diloco);
+    CHECK(m.membership.deadlines == std::vector<double>{40, 10, 10, 10});
+    CHECK(m.membership.useful_steps == 40 + 3 * 27);
+    // With a failure and a rejoin, the joiner takes the deadline with the state; deterministic.
+    sim_config e = c;
+    e.fails = {{2, 12}};
+    e.joins = {{2, 21}};
+    const run_result x = run_strategy(e, data, strategy_kind::diloco);
+    const run_result y = run_strategy(e, data, strategy_kind::diloco);
+    CHECK(x.final_ids == std::vector<int>{0, 1, 2, 3});
+    CHECK(same_bits(x.membership.goodput, y.membership.goodput));
+    CHECK(x.membership.goodput > 0);
+    CHECK(x.membership.goodput <= 1);
+    for (std::size_t w = 0; w < x.replicas.size(); ++w) CHECK(bitwise_equal(x.replicas[w], y.replicas[w]));
+}
+
+TEST_CASE("elastic runs: the CLI reports the adaptive deadlines") {
+    const std::vector<std::string> args{
+        "--strategy", "diloco", "--workers", "3", "--steps", "30", "--eval-every", "10", "--batch", "4",
+        "--context", "3", "--embed", "3", "--hidden", "8", "--layers", "1", "--corpus-chars", "20000",
+        "--eval-size", "64", "--outer-interval", "10", "--speeds", "1,1,0.5", "--round-policy", "adaptive",
+        "--deadline", "0.5,0,10,20", "--quiet"};
+    std::ostringstream out, err;
+    REQUIRE(run_cli(args, out, err) == 0);
+    CHECK(err.str().empty());
+    CHECK(out.str().find("speeds: 1 1 0.5, rounds adaptive") != std::string::npos);
+    // Deadlines 20 (the cap), then the median arrival, 10; the 0.5 worker is late twice.
+    CHECK_MESSAGE(out.str().find("diloco: adaptive deadline over 3 rounds: mean 13.33 (min 10.00, max 20.00, last "
+                                 "10.00) speed-1 steps; late arrivals 2") != std::string::npos,
+                  out.str());
 }
