@@ -22,6 +22,7 @@
 
 #include <pybind11/stl.h>
 
+#include <trickle/aggregate/aggregate.hpp>
 #include <trickle/codec/any.hpp>
 #include <trickle/codec/sparse.hpp>
 #include <trickle/core/type_list.hpp>
@@ -494,6 +495,11 @@ inline trickle::diloco_options diloco_opts(const py::dict& d) {
     o.fragment_tensors = get<std::vector<std::uint32_t>>(d, "fragment_tensors");
     o.overlap_steps = get<std::uint64_t>(d, "overlap_steps");
     o.mix = get<double>(d, "mix");
+    // How the outer step combines the contributions (docs/robustness.md): the rule's text,
+    // read by the library's parser (the Python layer checked it through trickle._C.
+    // parse_aggregate before the ranks agreed). Whether it suits the topology, the outer
+    // codec, streaming and the number of workers is the constructor's check, on every rank.
+    o.aggregate = trickle::aggregate::parse(get<std::string>(d, "aggregate"));
     return o;
 }
 
@@ -629,6 +635,9 @@ public:
     virtual void load_bytes(const std::string&) = 0;
     virtual const trickle::torch::model_params& params() const = 0;
     virtual trickle::membership_stats membership() const = 0;
+    // DiLoCo and SPARTA + DiLoCo: how one parameter group's outer steps combined the
+    // workers' contributions (group order as params().groups); SPARTA: the empty record.
+    virtual trickle::aggregation_stats aggregation(std::size_t group) const = 0;
     // The sections of this worker's state that are its own (model_algorithm::own_state).
     virtual std::vector<std::string> own_state() const = 0;
 };
@@ -665,6 +674,16 @@ public:
     void load_bytes(const std::string& b) override { w_.load_bytes(b); }
     const trickle::torch::model_params& params() const override { return w_.params(); }
     trickle::membership_stats membership() const override { return w_.membership(); }
+    trickle::aggregation_stats aggregation(std::size_t group) const override {
+        if (group >= w_.group_count())
+            throw trickle::invalid_argument(trickle::detail::concat("trickle: group ", group, " does not exist; the model has ",
+                                                                    w_.group_count(), " parameter group(s)"));
+        const auto& a = w_.at(group);
+        if constexpr (requires { a.aggregation(); })
+            return a.aggregation();
+        else
+            return trickle::aggregation_stats{};
+    }
 
     std::vector<std::string> own_state() const override { return w_.own_state(); }
 

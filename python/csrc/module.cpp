@@ -34,6 +34,23 @@ py::dict stats_dict(const trickle::exchange_stats& s) {
     return d;
 }
 
+// trickle::aggregation_stats (trickle/algorithm/stats.hpp) as the dict trickle.Aggregation reads.
+py::dict aggregation_dict(const trickle::aggregation_stats& s) {
+    py::dict d;
+    d["rule"] = s.rule;
+    d["rounds"] = s.rounds;
+    d["weights"] = s.weights;
+    d["norm"] = s.norm;
+    d["distance"] = s.distance;
+    d["trimmed_fraction"] = s.trimmed_fraction;
+    d["clipped"] = s.clipped;
+    d["excluded"] = s.excluded;
+    d["clipped_total"] = s.clipped_total;
+    d["excluded_total"] = s.excluded_total;
+    d["skipped"] = s.skipped;
+    return d;
+}
+
 py::list groups_list(const trickle::torch::model_params& p) {
     py::list out;
     for (const auto& g : p.groups) {
@@ -122,6 +139,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
                 return stats_dict(a.algo().group_stats(group, static_cast<stats_part>(part)));
             },
             py::arg("group"), py::arg("part") = 0)
+        .def(
+            "aggregation",
+            [](const bound_algorithm& a, std::size_t group) { return aggregation_dict(a.algo().aggregation(group)); },
+            py::arg("group") = 0)
         .def("set_weight", [](bound_algorithm& a, float w) { a.algo().set_weight(w); }, py::arg("weight"))
         .def("groups", [](const bound_algorithm& a) { return groups_list(a.algo().params()); })
         .def("own_state", [](const bound_algorithm& a) { return a.algo().own_state(); })
@@ -165,6 +186,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("diloco_elastic", &make_diloco_elastic, py::arg("store"), py::arg("id"), py::arg("initial"),
           py::arg("timeout_ms"), py::arg("liveness_ms"), py::arg("job"), py::arg("params"), py::arg("options"));
     m.def("sparta_diloco", &make_sparta_diloco, py::arg("group"), py::arg("params"), py::arg("options"));
+    // diloco_options::aggregate's text ("mean", "trimmed:K", "median", "clip:TAU") as the
+    // library reads it: the rule's name, or ValueError with the library's message.
+    m.def(
+        "parse_aggregate", [](const std::string& text) { return trickle::aggregate::parse(text).name(); },
+        py::arg("text"));
     m.def("agree", &agree_python, py::arg("group"), py::arg("kind"), py::arg("error"));
     m.attr("has_cuda") = false;
     // What this extension was built with (trickle.build_info()).

@@ -27,7 +27,7 @@ from ._algorithms import (
 )
 from ._errors import CommError, MismatchError
 from ._hooks import HookHandle
-from ._stats import Stats
+from ._stats import Aggregation, Stats
 from ._elastic import Elastic, connect_store
 from . import _C
 
@@ -44,6 +44,7 @@ __all__ = [
     "DiLoCo",
     "SPARTADiLoCo",
     "Stats",
+    "Aggregation",
     "HookHandle",
     "MismatchError",
     "CommError",

@@ -107,6 +107,58 @@ class Stats:
     def __contains__(self, key: object) -> bool:
         """Whether key is a field name."""
 
+class Aggregation:
+    """How DiLoCo's outer steps combined the workers' contributions (trickle::aggregation_stats;
+    docs/robustness.md), read-only: the same on every worker.
+
+    Fields (attributes, and keys: agg["excluded"]; dict(agg) and agg.as_dict() give a plain
+    dict, in this order):
+      rule                      the rule's name: mean, trimmed:K, median or clip:TAU
+      rounds                    outer rounds aggregated so far
+      weights                   each worker's weight in the last round (0: dropped or excluded)
+      norm                      each worker's ||delta_i||, its unweighted outer gradient, in the
+                                last round (inf or nan: non-finite)
+      distance                  ||delta_i - aggregate|| per worker (robust rules, workers taking
+                                part; nan otherwise)
+      trimmed_fraction          trimmed:K: per worker, the fraction of coordinates where it was
+                                dropped
+      clipped                   the ranks clipped (clip) or dropped in most coordinates (trimmed)
+                                in the last round
+      excluded                  the ranks excluded in the last round: a non-finite contribution
+      clipped_total, excluded_total   clipped entries and exclusions over all rounds
+      skipped                   rounds skipped because every contribution was excluded
+    The per-worker fields are lists in rank order (empty before the first outer step);
+    rule is a str, the counts ints. Aggregation(mapping) or Aggregation(**fields) builds one
+    (every field needed).
+    """
+
+    FIELDS: Tuple[str, ...]
+    rule: str
+    rounds: int
+    weights: List[float]
+    norm: List[float]
+    distance: List[float]
+    trimmed_fraction: List[float]
+    clipped: List[int]
+    excluded: List[int]
+    clipped_total: int
+    excluded_total: int
+    skipped: int
+    def __init__(self, fields: Optional[Mapping[str, Any]] = None, /, **kwargs: Any) -> None:
+        """Aggregation(mapping) or Aggregation(**fields): every field is needed."""
+    def keys(self) -> Tuple[str, ...]:
+        """The field names, in order (so that dict(agg) works)."""
+    def as_dict(self) -> Dict[str, Any]:
+        """The fields as a plain dict (the lists copied)."""
+    def __getitem__(self, key: str) -> Any:
+        """A field by name: agg["excluded"]."""
+    def __iter__(self) -> Iterator[str]:
+        """The field names."""
+    def __len__(self) -> int:
+        """The number of fields."""
+    def __contains__(self, key: object) -> bool:
+        """Whether key is a field name."""
+
 class HookHandle:
     """What add_hook() returns: remove() unregisters the hook (a second call does nothing).
     Also a context manager: `with algo.add_hook(fn): ...` removes the hook on exit.
@@ -248,7 +300,10 @@ class DiLoCo(_Algorithm):
     through outer_codec, or through outer_sparsifier (its values through outer_codec). An
     outer learning-rate schedule multiplies outer_lr at outer step t by the schedule's
     fraction at t - 1 (outer::lr_scheduled). fragments / fragment_tensors / overlap_steps /
-    mix make it Streaming DiLoCo (docs/streaming.md). Options (keyword only):
+    mix make it Streaming DiLoCo (docs/streaming.md). aggregate chooses how the outer step
+    combines the contributions, a robust rule against outliers (docs/robustness.md); under
+    every rule a worker whose outer gradient is not finite is left out of the round, named
+    in `aggregation` on every worker. Options (keyword only):
       interval=500: H: an outer step after every H-th step
       outer='nesterov': outer optimizer: sgd | momentum | nesterov | adam | average
       outer_lr=None: the outer learning rate (None: the optimizer's default; sgd 1.0, momentum/nesterov 0.7, adam 1e-3)
@@ -274,6 +329,7 @@ class DiLoCo(_Algorithm):
       fragment_tensors=None: Streaming DiLoCo: tensors per fragment, in order (None: F fragments balanced by size)
       overlap_steps=0: Streaming DiLoCo: tau in [0, interval), the inner steps before a fragment's average is applied
       mix=0.0: Streaming DiLoCo: alpha in [0, 1], a late average merged as alpha x local + (1 - alpha) x global
+      aggregate='mean': how the outer step combines the contributions: mean | trimmed:K | median | clip:TAU (robust rules need topology='all_reduce', outer_codec='fp32', no streaming; a non-finite worker is excluded under any)
       elastic=None: a trickle.Elastic instead of group: workers are processes that may die and join
       min_workers=1: with elastic: the quorum below which outer steps are skipped
       seed=0: shared seed of the random choices (the same on every worker)
@@ -285,7 +341,8 @@ class DiLoCo(_Algorithm):
       group=None: the torch.distributed process group (None: the default group)
 
     Methods: step(), add_hook(fn, every=1), set_weight(w), state_dict(), load_state_dict(state).
-    Properties: stats, group_stats, groups, options, group, rank, world_size, membership.
+    Properties: stats, group_stats, groups, options, group, rank, world_size, membership,
+    aggregation, group_aggregation.
     """
 
     def __init__(
@@ -317,6 +374,7 @@ class DiLoCo(_Algorithm):
         fragment_tensors: Optional[Sequence[int]] = None,
         overlap_steps: int = 0,
         mix: float = 0.0,
+        aggregate: str = 'mean',
         elastic: Optional[Elastic] = None,
         min_workers: int = 1,
         seed: int = 0,
@@ -330,6 +388,12 @@ class DiLoCo(_Algorithm):
         """Builds the algorithm over `model` (collective: every worker, the same options); see the class docstring."""
     def set_weight(self, weight: float) -> None:
         """This worker's weight in the coming outer steps (finite, >= 0); local."""
+    @property
+    def aggregation(self) -> Aggregation:
+        """How the outer steps combined the workers' contributions (the first parameter group's): rule, rounds, per-worker weights / norm / distance, the ranks clipped and excluded in the last round, the totals."""
+    @property
+    def group_aggregation(self) -> List[Aggregation]:
+        """Each parameter group's Aggregation (the order of `groups`)."""
 
 class SPARTADiLoCo(_Algorithm):
     """SPARTA inside DiLoCo's rounds: SPARTA every `sparta_interval` steps, an outer step
@@ -374,6 +438,7 @@ class SPARTADiLoCo(_Algorithm):
       fragment_tensors=None: Streaming DiLoCo: tensors per fragment, in order (None: F fragments balanced by size)
       overlap_steps=0: Streaming DiLoCo: tau in [0, interval), the inner steps before a fragment's average is applied
       mix=0.0: Streaming DiLoCo: alpha in [0, 1], a late average merged as alpha x local + (1 - alpha) x global
+      aggregate='mean': how the outer step combines the contributions: mean | trimmed:K | median | clip:TAU (robust rules need topology='all_reduce', outer_codec='fp32', no streaming; a non-finite worker is excluded under any)
       seed=0: shared seed of the random choices (the same on every worker)
       topology='all_reduce': how values are combined: all_reduce | ring | gossip | exponential | islands
       island_size=2: islands topology: workers per island
@@ -384,7 +449,8 @@ class SPARTADiLoCo(_Algorithm):
 
     Methods: step(), add_hook(fn, every=1), set_weight(w), state_dict(), load_state_dict(state).
     Properties: stats, sparse_stats, outer_stats, group_stats, sparse_group_stats,
-    outer_group_stats, groups, options, group, rank, world_size.
+    outer_group_stats, groups, options, group, rank, world_size, aggregation,
+    group_aggregation.
     """
 
     def __init__(
@@ -428,6 +494,7 @@ class SPARTADiLoCo(_Algorithm):
         fragment_tensors: Optional[Sequence[int]] = None,
         overlap_steps: int = 0,
         mix: float = 0.0,
+        aggregate: str = 'mean',
         seed: int = 0,
         topology: TopologyName = 'all_reduce',
         island_size: int = 2,
@@ -439,6 +506,12 @@ class SPARTADiLoCo(_Algorithm):
         """Builds the algorithm over `model` (collective: every worker, the same options); see the class docstring."""
     def set_weight(self, weight: float) -> None:
         """This worker's weight in the coming outer steps (finite, >= 0); local."""
+    @property
+    def aggregation(self) -> Aggregation:
+        """How the outer steps combined the workers' contributions (the first parameter group's): rule, rounds, per-worker weights / norm / distance, the ranks clipped and excluded in the last round, the totals."""
+    @property
+    def group_aggregation(self) -> List[Aggregation]:
+        """Each parameter group's Aggregation (the order of `groups`)."""
     @property
     def sparse_stats(self) -> Stats:
         """The SPARTA part's account, summed over the parameter groups."""
@@ -457,6 +530,7 @@ __all__ = [
     "DiLoCo",
     "SPARTADiLoCo",
     "Stats",
+    "Aggregation",
     "HookHandle",
     "MismatchError",
     "CommError",

@@ -26,7 +26,7 @@ import torch.distributed as dist
 from . import _C
 from ._errors import CommError, MismatchError  # noqa: F401  (documented alongside)
 from ._hooks import HookHandle, _HookTable
-from ._stats import Stats
+from ._stats import Aggregation, Stats
 
 # The registered policy names, read from the library's registries
 # (include/trickle/*/registry.hpp) through the extension: the names the C++ policies
@@ -123,6 +123,9 @@ _DILOCO = {
     "fragment_tensors": None,
     "overlap_steps": 0,
     "mix": 0.0,
+    # How the outer step combines the workers' contributions (diloco_options::aggregate;
+    # docs/robustness.md): the text aggregate::parse reads.
+    "aggregate": "mean",
 }
 
 # DiLoCo across processes whose membership changes (trickle.Elastic; _elastic.py).
@@ -180,6 +183,8 @@ _OPTION_DOCS = {
     "fragment_tensors": "Streaming DiLoCo: tensors per fragment, in order (None: F fragments balanced by size)",
     "overlap_steps": "Streaming DiLoCo: tau in [0, interval), the inner steps before a fragment's average is applied",
     "mix": "Streaming DiLoCo: alpha in [0, 1], a late average merged as alpha x local + (1 - alpha) x global",
+    "aggregate": "how the outer step combines the contributions: mean | trimmed:K | median | clip:TAU (robust "
+    "rules need topology='all_reduce', outer_codec='fp32', no streaming; a non-finite worker is excluded under any)",
     "elastic": "a trickle.Elastic instead of group: workers are processes that may die and join",
     "min_workers": "with elastic: the quorum below which outer steps are skipped",
     "seed": "shared seed of the random choices (the same on every worker)",
@@ -345,6 +350,15 @@ def _parse_options(kind: str, given: Dict[str, Any]) -> Dict[str, Any]:
             out["fragment_tensors"] = [_int(kind, "fragment_tensors[]", k, hi=(1 << 32) - 1) for k in ft]
         out["overlap_steps"] = _int(kind, "overlap_steps", o["overlap_steps"])
         out["mix"] = _real(kind, "mix", o["mix"])
+        agg = o["aggregate"]
+        if not isinstance(agg, str):
+            raise TypeError(f"trickle.{kind}: aggregate must be a str (mean, trimmed:K, median or clip:TAU), "
+                            f"got {type(agg).__name__}")
+        try:  # the library's parser, and its message
+            _C.parse_aggregate(agg)
+        except ValueError as e:
+            raise ValueError(f"trickle.{kind}: {e}") from None
+        out["aggregate"] = agg
     if kind == "DiLoCo":
         out["min_workers"] = _int(kind, "min_workers", o["min_workers"], lo=-(1 << 31), hi=(1 << 31) - 1)
         if given.get("elastic") is None and out["min_workers"] != 1:
@@ -662,6 +676,21 @@ class _OuterMixin:
             raise TypeError(f"trickle.{self._kind}.set_weight: the weight must be a number, got {type(weight).__name__}")
         self._impl.set_weight(float(weight))
 
+    @property
+    def aggregation(self) -> Aggregation:
+        """How the outer steps combined the workers' contributions (aggregate=; see
+        trickle.Aggregation): the rule, the rounds, each worker's weight, outer-gradient
+        norm and distance to the aggregate in the last round, the ranks clipped and excluded
+        (a non-finite contribution) then, and the totals. The same on every worker. For a
+        model of several dtypes, the first parameter group's (group_aggregation has each)."""
+        return Aggregation(self._impl.aggregation(0))
+
+    @property
+    def group_aggregation(self) -> List[Aggregation]:
+        """Each parameter group's aggregation record (the order of `groups`): each group's
+        outer step combines, and excludes, on its own."""
+        return [Aggregation(self._impl.aggregation(g)) for g in range(len(self._impl.groups()))]
+
 
 def _options_doc(kind: str) -> str:
     """The option list of a class's docstring, from _DEFAULTS and _OPTION_DOCS."""
@@ -705,11 +734,15 @@ class DiLoCo(_OuterMixin, _Algorithm):
     through outer_codec, or through outer_sparsifier (its values through outer_codec). An
     outer learning-rate schedule multiplies outer_lr at outer step t by the schedule's
     fraction at t - 1 (outer::lr_scheduled). fragments / fragment_tensors / overlap_steps /
-    mix make it Streaming DiLoCo (docs/streaming.md). Options (keyword only):
+    mix make it Streaming DiLoCo (docs/streaming.md). aggregate chooses how the outer step
+    combines the contributions, a robust rule against outliers (docs/robustness.md); under
+    every rule a worker whose outer gradient is not finite is left out of the round, named
+    in `aggregation` on every worker. Options (keyword only):
 {options}
 
     Methods: step(), add_hook(fn, every=1), set_weight(w), state_dict(), load_state_dict(state).
-    Properties: stats, group_stats, groups, options, group, rank, world_size, membership.
+    Properties: stats, group_stats, groups, options, group, rank, world_size, membership,
+    aggregation, group_aggregation.
     """
 
     _kind = "DiLoCo"
@@ -730,7 +763,8 @@ class SPARTADiLoCo(_OuterMixin, _Algorithm):
 
     Methods: step(), add_hook(fn, every=1), set_weight(w), state_dict(), load_state_dict(state).
     Properties: stats, sparse_stats, outer_stats, group_stats, sparse_group_stats,
-    outer_group_stats, groups, options, group, rank, world_size.
+    outer_group_stats, groups, options, group, rank, world_size, aggregation,
+    group_aggregation.
     """
 
     _kind = "SPARTADiLoCo"

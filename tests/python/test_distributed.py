@@ -898,6 +898,98 @@ def test_hooks_on_every_worker():
     assert bool(same.all())
 
 
+def test_non_finite_worker_is_excluded_on_every_rank():
+    # Rank 2's parameters hold a NaN before the outer step: it is excluded and named on every
+    # rank, and the replicas end equal, finite, and with the bits of a run in which rank 2
+    # had weight 0 (docs/robustness.md), under the mean and under a robust rule.
+    r, bad = rank(), 2 % world()
+    results = []
+    for rule in ("mean", "median"):
+        m, ref = make_model(seed=r), make_model(seed=r)
+        d = trickle.DiLoCo(m, interval=2, outer="nesterov", aggregate=rule)
+        z = trickle.DiLoCo(ref, interval=2, outer="nesterov", aggregate=rule)
+        if r == bad:
+            z.set_weight(0.0)
+        for t in range(2):
+            perturb(m.parameters(), t)
+            perturb(ref.parameters(), t)
+            if t == 1 and r == bad:
+                with torch.no_grad():
+                    m[0].weight[3, 4] = float("nan")
+            d.step()
+            z.step()
+        after = flat(m.parameters())
+        results.append((rule, d.aggregation, z.aggregation, after, flat(ref.parameters()), identical_mask(after)))
+    for rule, a, za, after, ref_after, same in results:
+        assert a.rule == rule and a.rounds == 1, (rule, repr(a))
+        assert a.excluded == [bad] and a.excluded_total == 1 and a.skipped == 0, (rule, repr(a))
+        assert a.weights[bad] == 0.0 and math.isnan(a.norm[bad]), (rule, repr(a))
+        assert all(w == 1.0 for i, w in enumerate(a.weights) if i != bad), (rule, repr(a))
+        assert za.excluded == [], (rule, repr(za))
+        assert bool(torch.isfinite(after).all()), rule
+        assert bool(same.all()), (rule, f"{int((~same).sum())} positions differ")
+        assert torch.equal(bits(after), bits(ref_after)), (rule, "not the bits of the run with weight 0")
+
+
+def test_median_resists_one_huge_update():
+    # Rank 1 moves its parameters by 1e6; the median (and trimmed:1, which for 4 workers keeps
+    # the two middle values too) stays close to the honest ranks' mean, and the record names
+    # what happened: rank 1's norm and distance, trimmed in every coordinate, clipped by clip:TAU.
+    N, r, liar = world(), rank(), 1
+    out = {}
+    for rule in ("median", "trimmed:1", "clip:1", "mean"):
+        if rule == "trimmed:1" and N < 3:
+            continue
+        m = make_model(seed=r)
+        d = trickle.DiLoCo(m, interval=1, outer="average", aggregate=rule)
+        start = flat(m.parameters())
+        perturb(m.parameters(), 0)
+        if r == liar:
+            with torch.no_grad():
+                for p in m.parameters():
+                    p.add_(1e6)
+        deltas = gather(flat(m.parameters()) - start)
+        d.step()
+        after = flat(m.parameters())
+        out[rule] = (d.aggregation, d.stats, start, after, deltas, identical_mask(after))
+    n = sum(p.numel() for p in make_model().parameters())
+    for rule, (a, st, start, after, deltas, same) in out.items():
+        honest = start + torch.stack([x for i, x in enumerate(deltas) if i != liar]).double().mean(0).float()
+        err = float((after - honest).abs().max())
+        assert bool(same.all()), rule
+        assert a.rule == rule and a.rounds == 1 and a.excluded == [], (rule, repr(a))
+        assert a.norm[liar] > 1e6 and all(a.norm[i] < 10 for i in range(N) if i != liar), (rule, a.norm)
+        if rule == "mean":
+            assert err > 1e5, (rule, err)  # the mean is dragged away (the contrast)
+            continue
+        assert err < (0.05 if rule != "clip:1" else 0.5), (rule, err)
+        assert a.distance[liar] > 1e6, (rule, a.distance)
+        if rule == "trimmed:1":
+            assert a.trimmed_fraction[liar] == 1.0 and a.clipped == [liar], (rule, repr(a))
+        if rule == "clip:1":
+            assert a.clipped == [liar] and a.clipped_total == 1, (rule, repr(a))
+        # A robust rule all-gathers every contribution (n values and the weight, fp32), after
+        # the reports (16 bytes per worker).
+        assert st.bytes_sent == (N - 1) * 4 * (n + 1) + (N - 1) * 16, (rule, repr(st))
+
+
+def test_bad_aggregate_raises_on_every_rank():
+    m = make_model()
+    expect_raises(ValueError, lambda: trickle.DiLoCo(m, aggregate="trimmed:x"), "trimmed:x", "integer K >= 1")
+    expect_raises(TypeError, lambda: trickle.SPARTADiLoCo(m, aggregate=1), "aggregate must be a str")
+    # Only rank 2 passes bad text: it raises its own error, the others name rank 2.
+    text = "median:3" if rank() == 2 else "median"
+    expect_raises(ValueError, lambda: trickle.DiLoCo(m, aggregate=text), "median:3",
+                  "is not a rule" if rank() == 2 else "rank 2")
+    # A robust rule with an encoded outer gradient: the library's message, on every rank.
+    expect_raises(ValueError, lambda: trickle.DiLoCo(m, aggregate="median", outer_codec="int8"),
+                  "aggregate median", "cannot use an encoded all-reduce", "choose the fp32 codec")
+    expect_raises(ValueError, lambda: trickle.SPARTADiLoCo(m, aggregate="clip:0.5", outer_codec="int8"),
+                  "aggregate clip:0.5", "choose the fp32 codec")
+    expect_raises(ValueError, lambda: trickle.DiLoCo(m, aggregate=f"trimmed:{(world() + 1) // 2}"),
+                  "trim count must be below half the workers")
+
+
 TESTS = [
     test_broadcast_initial,
     test_sparta_full_fraction_makes_replicas_identical,
@@ -932,6 +1024,9 @@ TESTS = [
     test_streaming_fragments_on_every_worker,
     test_set_weight_on_one_worker,
     test_hooks_on_every_worker,
+    test_non_finite_worker_is_excluded_on_every_rank,
+    test_median_resists_one_huge_update,
+    test_bad_aggregate_raises_on_every_rank,
 ]
 
 

@@ -40,7 +40,8 @@ def test_not_initialized_is_a_clear_error():
 
 
 def test_names_and_signatures():
-    for name in ("SPARTA", "DiLoCo", "SPARTADiLoCo", "Stats", "MismatchError", "CommError", "STATE_FORMAT"):
+    for name in ("SPARTA", "DiLoCo", "SPARTADiLoCo", "Stats", "Aggregation", "MismatchError", "CommError",
+                 "STATE_FORMAT"):
         assert hasattr(trickle, name), name
         assert name in trickle.__all__, name
     assert trickle.SAMPLERS == ("uniform", "permutation", "block", "layerwise")
@@ -713,6 +714,112 @@ def test_group_stats_and_set_weight():
     assert not hasattr(s, "set_weight")
 
 
+def test_aggregate_option_and_record():
+    # aggregate= is the library's text (aggregate::parse); the options keep it as given.
+    sig = inspect.signature(trickle.DiLoCo)
+    assert sig.parameters["aggregate"].default == "mean"
+    assert inspect.signature(trickle.SPARTADiLoCo).parameters["aggregate"].default == "mean"
+    assert "aggregate" not in inspect.signature(trickle.SPARTA).parameters
+    m = make_model()
+    d = trickle.DiLoCo(m, interval=2, outer="sgd", outer_lr=1.0)
+    a = d.aggregation
+    assert isinstance(a, trickle.Aggregation) and a.rule == "mean" and a.rounds == 0, repr(a)
+    assert a.weights == [] and a.excluded == [] and a.skipped == 0, repr(a)
+    d.set_weight(2.5)
+    with torch.no_grad():
+        for p in m.parameters():
+            p.add_(0.25)
+    d.step()
+    d.step()
+    a = d.aggregation
+    assert a.rule == "mean" and a.rounds == 1 and a.weights == [2.5], repr(a)
+    assert len(a.norm) == 1 and a.norm[0] > 0 and math.isfinite(a.norm[0]), repr(a)
+    assert a.excluded == [] and a.clipped == [] and a.excluded_total == 0 and a.skipped == 0, repr(a)
+    assert d.group_aggregation == [a]
+    # The record: attributes, keys, a plain dict, read-only, pickled, rebuilt from its repr.
+    dd = dict(a)
+    assert list(dd) == list(trickle.Aggregation.FIELDS) and a.as_dict() == dd and a["weights"] == [2.5], dd
+    assert isinstance(a.norm, list) and isinstance(a.rounds, int) and isinstance(a.rule, str)
+    assert pickle.loads(pickle.dumps(a)) == a and eval(repr(a), {"trickle": trickle, "nan": math.nan, "inf": math.inf}) == a
+    expect_raises(AttributeError, lambda: setattr(a, "rounds", 3), "read-only")
+    expect_raises(AttributeError, lambda: a.nonexistent, "fields")
+    expect_raises(KeyError, lambda: a["nonexistent"])
+    expect_raises(TypeError, lambda: trickle.Aggregation({k: v for k, v in dd.items() if k != "rule"}), "missing field rule")
+    assert str(a) == "mean, 1 round", str(a)
+    # Robust rules run on one worker too (the median of one contribution is that contribution).
+    for rule in ("median", "clip:100"):
+        m2 = make_model()
+        expected = flat(m2.parameters()) + 0.5
+        r = trickle.DiLoCo(m2, interval=1, outer="average", aggregate=rule)
+        with torch.no_grad():
+            for p in m2.parameters():
+                p.add_(0.5)
+        r.step()
+        assert r.options["aggregate"] == rule and r.aggregation.rule == rule, (rule, repr(r.aggregation))
+        assert r.aggregation.rounds == 1 and len(r.aggregation.distance) == 1, (rule, repr(r.aggregation))
+        assert torch.allclose(flat(m2.parameters()), expected, atol=1e-6), rule
+    b = trickle.SPARTADiLoCo(make_model(), fraction=0.5, interval=2, aggregate="median")
+    b.step()
+    b.step()
+    assert b.aggregation.rule == "median" and b.aggregation.rounds == 1, repr(b.aggregation)
+    # SPARTA has no outer step to aggregate.
+    assert not hasattr(trickle.SPARTA(make_model()), "aggregation")
+
+
+def test_aggregate_bad_values():
+    m = make_model()
+    expect_raises(TypeError, lambda: trickle.DiLoCo(m, aggregate=3), "aggregate must be a str")
+    expect_raises(TypeError, lambda: trickle.SPARTADiLoCo(m, aggregate=None), "aggregate must be a str")
+    # The library's parser gives the message.
+    expect_raises(ValueError, lambda: trickle.DiLoCo(m, aggregate="trimmed:x"), "trimmed:x", "integer K >= 1",
+                  "expected mean, trimmed:K, median or clip:TAU")
+    expect_raises(ValueError, lambda: trickle.DiLoCo(m, aggregate="mode"), "'mode' is not a rule")
+    expect_raises(ValueError, lambda: trickle.SPARTADiLoCo(m, aggregate="clip:-1"), "radius TAU > 0")
+    # What the rule cannot combine with: the constructor's check, with the library's message.
+    expect_raises(ValueError, lambda: trickle.DiLoCo(m, aggregate="trimmed:1"), "trim count must be below half")
+    expect_raises(ValueError, lambda: trickle.DiLoCo(m, aggregate="median", outer_codec="int8"),
+                  "aggregate median", "choose the fp32 codec")
+    expect_raises(ValueError, lambda: trickle.DiLoCo(m, aggregate="median", topology="ring"), "all-reduce topology")
+    expect_raises(ValueError, lambda: trickle.DiLoCo(m, aggregate="clip:2", fragments=2), "streaming")
+    expect_raises(ValueError, lambda: trickle.DiLoCo(m, aggregate="median", outer_sparsifier="random_k"),
+                  "choose the fp32 codec")
+
+
+def test_non_finite_worker_is_excluded():
+    # One worker whose outer gradient holds a NaN: excluded, no contribution left, the round
+    # skipped (the snapshot and the outer optimizer's state unchanged; the parameters are
+    # left as they are, as in a round below quorum).
+    m = make_model()
+    start = flat(m.parameters())
+    d = trickle.DiLoCo(m, interval=1, outer="sgd", outer_lr=1.0)
+    with torch.no_grad():
+        m[0].weight[0, 0] = float("nan")
+    d.step()
+    a = d.aggregation
+    assert a.excluded == [0] and a.excluded_total == 1 and a.skipped == 1 and a.weights == [0.0], repr(a)
+    assert math.isnan(a.norm[0]), repr(a)
+    assert "excluded [0]" in str(a) and "1 skipped" in str(a), str(a)
+    # The next round is an ordinary one, from the same snapshot.
+    with torch.no_grad():
+        i = 0
+        for p in m.parameters():
+            p.copy_(start[i:i + p.numel()].view_as(p) + 0.5)
+            i += p.numel()
+    d.step()
+    a = d.aggregation
+    assert a.excluded == [] and a.excluded_total == 1 and a.skipped == 1 and a.weights == [1.0], repr(a)
+    assert torch.allclose(flat(m.parameters()), start + 0.5, atol=1e-6)
+    # Each parameter group combines on its own: a NaN in the bfloat16 group excludes it there only.
+    params = [("f", torch.randn(8)), ("b", torch.randn(6).to(torch.bfloat16))]
+    g = trickle.DiLoCo(params, interval=1)
+    with torch.no_grad():
+        params[1][1][2] = float("inf")
+    g.step()
+    ga = g.group_aggregation
+    assert len(ga) == 2 and ga[0].excluded == [] and ga[1].excluded == [0], ga
+    assert g.aggregation == ga[0]
+
+
 TESTS_BEFORE_INIT = [test_not_initialized_is_a_clear_error]
 def test_build_info():
     info = trickle.build_info()
@@ -744,6 +851,9 @@ TESTS = [
     test_native_codec,
     test_streaming_diloco,
     test_group_stats_and_set_weight,
+    test_aggregate_option_and_record,
+    test_aggregate_bad_values,
+    test_non_finite_worker_is_excluded,
     test_build_info,
 ]
 

@@ -7,9 +7,9 @@ The stubs are what an editor shows; this test keeps them from drifting: the keyw
 arguments of SPARTA, DiLoCo and SPARTADiLoCo (names, order, defaults, every one typed) are
 those of the runtime signatures (_algorithms._signature), every public name, method and
 property of the package is in the stubs and the stubs invent none, the class docstrings are
-the runtime ones, the Literal name types are the C++ registries, and Stats' fields are
-trickle.Stats.FIELDS. The installed package carries the same stubs and its py.typed marker.
-Exits non-zero when a test fails.
+the runtime ones, the Literal name types are the C++ registries, and Stats' and
+Aggregation's fields are their FIELDS. The installed package carries the same stubs and
+its py.typed marker. Exits non-zero when a test fails.
 """
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ def stub_attributes(c: ast.ClassDef) -> list:
 
 def test_methods_and_properties_match():
     classes = stub_classes()
-    for name in list(ALGORITHMS) + ["Stats", "HookHandle", "Elastic"]:
+    for name in list(ALGORITHMS) + ["Stats", "Aggregation", "HookHandle", "Elastic"]:
         runtime = getattr(trickle, name)
         stubbed = class_members(classes[name], classes)
         attrs = set(stub_attributes(classes[name])) - {"FIELDS"}
@@ -109,8 +109,8 @@ def test_methods_and_properties_match():
         if name == "Elastic":  # attributes set by __init__, one per argument
             want |= set(inspect.signature(runtime).parameters)
         assert have == want, (name, "only at runtime:", sorted(want - have), "only in the stubs:", sorted(have - want))
-        if name == "Stats":
-            assert stub_attributes(classes[name])[1:] == list(trickle.Stats.FIELDS), stub_attributes(classes[name])
+        if name in ("Stats", "Aggregation"):
+            assert stub_attributes(classes[name])[1:] == list(runtime.FIELDS), stub_attributes(classes[name])
         for m, node in stubbed.items():
             if m.startswith("_") and m != "__init__":
                 continue
@@ -126,7 +126,7 @@ def test_methods_and_properties_match():
 
 def test_docstrings_are_the_runtime_ones():
     classes = stub_classes()
-    for name in list(ALGORITHMS) + ["Stats", "HookHandle"]:
+    for name in list(ALGORITHMS) + ["Stats", "Aggregation", "HookHandle"]:
         stub_doc = ast.get_docstring(classes[name])
         runtime_doc = inspect.cleandoc(getattr(trickle, name).__doc__)
         assert stub_doc == runtime_doc, f"{name}: the stub's docstring differs from the runtime's:\n" + "\n".join(
