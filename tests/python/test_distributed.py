@@ -753,11 +753,15 @@ def test_sparsifiers_bytes_and_sum():
     def parts(st):
         return st.code_bytes_sent + st.scale_bytes_sent + st.index_bytes_sent + st.padding_bytes_sent
 
+    # The reports each outer round begins with (an all-gather of 16 bytes per worker) count
+    # as scales, beside the weights' sum.
+    reports = (N - 1) * 16
     st = top
     assert parts(st) == st.bytes_sent, ("chunk_topk: the parts do not sum to bytes_sent", repr(st))
     assert st.index_bytes_sent == (N - 1) * 189 and st.padding_bytes_sent == (N - 1) * 3, repr(st)
-    assert st.code_bytes_sent == (N - 1) * 252 * 4 and st.scale_bytes_sent == weight, repr(st)
-    assert st.bytes_sent == (N - 1) * 1200 + weight and st.last_values == n + 1, repr(st)  # values and the weight
+    assert st.code_bytes_sent == (N - 1) * 252 * 4 and st.scale_bytes_sent == weight + reports, repr(st)
+    # values, the weight and the reports
+    assert st.bytes_sent == (N - 1) * 1200 + weight + reports and st.last_values == n + 1, repr(st)
     # average: the parameters become the snapshot minus the mean of every worker's sparsified
     # outer gradient (snapshot - parameters), on every worker alike.
     kept = [torch.where(_topk_mask(x, 64, 4), x, torch.zeros_like(x)) for x in deltas]
@@ -767,7 +771,7 @@ def test_sparsifiers_bytes_and_sum():
     st = rnd
     assert parts(st) == st.bytes_sent, ("random_k: the parts do not sum to bytes_sent", repr(st))
     assert st.code_bytes_sent == codes400 and st.index_bytes_sent == 0, repr(st)
-    assert st.scale_bytes_sent == weight and st.bytes_sent == st.code_bytes_sent + weight, repr(st)
+    assert st.scale_bytes_sent == weight + reports and st.bytes_sent == st.code_bytes_sent + weight + reports, repr(st)
     assert int(moved.sum()) == 400 and bool(moved_same.all()), int(moved.sum())
     assert bool(rnd_same.all())
 

@@ -509,9 +509,13 @@ private:
     }
 
     // Counts one completed exchange of n deltas and the weight: `last` its traffic, `parts`
-    // its bytes by part (the plain route: every byte sent is a code).
-    void count_exchange(const traffic_counters& last, codec::wire_parts parts, std::size_t n) {
-        if (!route_.encoded()) parts = codec::wire_parts{.codes = last.bytes_sent};
+    // its bytes by part (the plain route: every byte sent is a code), `report_bytes` what the
+    // round's reports sent before it (within `last`; counted as scales, the part of the
+    // weights and other per-round metadata), so that the parts still sum to the bytes sent.
+    void count_exchange(const traffic_counters& last, codec::wire_parts parts, std::size_t n,
+                        std::uint64_t report_bytes = 0) {
+        if (!route_.encoded()) parts = codec::wire_parts{.codes = last.bytes_sent - report_bytes};
+        parts.scales += report_bytes;
         stats_.add_exchange(last, parts, n + 1);
     }
 
@@ -535,14 +539,15 @@ private:
         if (!begin_outer_step(w)) return;
         float* buf = ws_.get(0, n_ + 1);
         const traffic_counters before = comm_.traffic();
+        traffic_counters reports{};
         if constexpr (!on_device) {
             // The reports: who takes part (a non-finite outer gradient is excluded).
             w = aggregate_.begin(comm_, w, own_delta_norm());
+            reports = comm_.traffic() - before;
             if (w < 0.0f) { // every contribution excluded: the round is skipped, its reports counted
                 ++skipped_;
                 aggregate_.end();
-                const traffic_counters last = comm_.traffic() - before;
-                stats_.add_exchange(last, codec::wire_parts{.codes = last.bytes_sent}, 0);
+                stats_.add_exchange(reports, codec::wire_parts{.scales = reports.bytes_sent}, 0);
                 return;
             }
         }
@@ -565,7 +570,7 @@ private:
         }
         aggregate_.end();
         const traffic_counters last = comm_.traffic() - before;
-        count_exchange(last, route_.parts_sent(comm_, n_, last), n_);
+        count_exchange(last, route_.parts_sent(comm_, n_, last - reports), n_, reports.bytes_sent);
     }
 
     // A robust rule's outer step (host parameters, fp32, all-reduce topology): the

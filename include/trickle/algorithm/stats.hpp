@@ -29,7 +29,8 @@ struct exchange_stats {
     std::uint64_t dense_bytes = 0; // dense fp32 all-reduce every step, same cost model
     traffic_counters initial{};    // the initial broadcast at construction (zero when there was none)
     // total.bytes_sent by part: codes (fp32 values too), scales (per-block scales and zero
-    // points, and DiLoCo's sum of weights), indices (a sparsifier's positions) and padding;
+    // points, DiLoCo's sum of weights and the reports its outer rounds begin with), indices
+    // (a sparsifier's positions) and padding;
     // the parts always sum to total.bytes_sent.
     codec::wire_parts sent{};
 
