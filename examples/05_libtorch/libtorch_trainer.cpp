@@ -169,10 +169,13 @@ void train(const settings& cfg, const std::string& algo) {
                 if (algo != "sparta" && cfg.steps % H == 0) require_identical(comm, *model, "after the last outer step");
                 if (!(last < first)) throw std::runtime_error("the loss did not go down");
                 if (algo == "diloco") {
-                    // One outer step = one all-reduce of every parameter's delta and the weight.
+                    // One outer step = the workers' 16-byte reports (who takes part), then one
+                    // all-reduce of every parameter's delta and the weight.
                     const std::size_t n = trickle::torch::params(*model).elements();
+                    const std::uint64_t reports =
+                        static_cast<std::uint64_t>(cfg.workers - 1) * sizeof(trickle::detail::worker_report);
                     const std::uint64_t expect = static_cast<std::uint64_t>(cfg.steps / H) *
-                                                 trickle::detail::all_reduce_bytes(n + 1, 4, cfg.workers, r);
+                                                 (trickle::detail::all_reduce_bytes(n + 1, 4, cfg.workers, r) + reports);
                     if (st.total.bytes_sent != expect) throw std::runtime_error("bytes differ from the cost model");
                 }
                 if (r == 0) {
