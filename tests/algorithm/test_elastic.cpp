@@ -391,6 +391,7 @@ TEST_CASE("DiLoCo: a worker that dies inside an outer step's all-reduce: its con
     // that of worker 3 failing just before it.
     std::map<int, std::vector<float>> inside;
     std::map<int, membership_stats> ms;
+    std::map<int, std::pair<std::uint64_t, std::uint64_t>> rounds; // aggregation().rounds, exchanges
     {
         comm::elastic_local_world world(4, 5000ms);
         std::mutex mu;
@@ -415,6 +416,7 @@ TEST_CASE("DiLoCo: a worker that dies inside an outer step's all-reduce: its con
                 std::lock_guard lock(mu);
                 inside[id] = m.flat();
                 ms[id] = alg.membership();
+                rounds[id] = {alg.aggregation().rounds, alg.stats().exchanges};
             });
         for (auto& t : th) t.join();
     }
@@ -427,6 +429,9 @@ TEST_CASE("DiLoCo: a worker that dies inside an outer step's all-reduce: its con
         CHECK(bitwise_equal(inside.at(id), before.params.at(id)));
         CHECK(ms.at(id).rounds_retried == 1);
         CHECK(ms.at(id).left == 1);
+        // The redone round counts once in the aggregation's counters, as in the exchanges.
+        CHECK(rounds.at(id).second == 4);
+        CHECK(rounds.at(id).first == rounds.at(id).second);
     }
 }
 

@@ -198,10 +198,27 @@ public:
         arrival_ = std::numeric_limits<double>::quiet_NaN();
     }
 
-    // The stage's part of the replica state: the clipping center and the deadline's state
-    // (global state, identical on every worker; neither exists for the mean rule without a
-    // deadline, so those checkpoints keep their format).
+    // The stage's part of the replica state: its counters (backed up only, never saved), the
+    // clipping center and the deadline's state (global state, identical on every worker;
+    // neither exists for the mean rule without a deadline, so those checkpoints keep their
+    // format).
     void add_sections(replica_state& rs, std::size_t n) {
+        // The counters over all rounds, backed up only: a round redone after a peer failure
+        // counts once (the last round's per-worker fields are rewritten by the redone round).
+        rs.add("aggregation", backed_up, 4 * sizeof(std::uint64_t),
+               [this] {
+                   const std::uint64_t c[4] = {stats_.rounds, stats_.clipped_total, stats_.excluded_total,
+                                               stats_.skipped};
+                   return bytes_of(c, 4);
+               },
+               [this](const std::string& b) {
+                   std::uint64_t c[4] = {};
+                   bytes_to(b, c, 4);
+                   stats_.rounds = c[0];
+                   stats_.clipped_total = c[1];
+                   stats_.excluded_total = c[2];
+                   stats_.skipped = c[3];
+               });
         if (rule_.kind == aggregate::kind::clip)
             rs.add("aggregate_center", saved | sent | hashed | backed_up, n * sizeof(float),
                    [this, n] {
