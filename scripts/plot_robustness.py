@@ -19,6 +19,7 @@ KINDS = ["scale", "sign", "noise", "stale", "nan"]
 ATTACKS = ["honest"] + [f"{k}-{n}" for k in KINDS for n in (1, 2)]
 POLICIES = ["deadline", "adaptive", "wait"]
 DIVERGED = 10.0  # nats per character: anything above is a broken model
+TOP = 4.0  # the attack figure's axis top (a bar above it has its value written in it)
 
 
 def read(path):
@@ -93,15 +94,19 @@ def main():
                 hi.append(max(v) - m)
             xs = [i + (j - (len(have) - 1) / 2) * w for i in range(len(atks))]
             ax.bar(xs, ys, w, yerr=[lo, hi], label=r, capsize=2)
+            for xv, yv in zip(xs, ys):  # bars past the axis' top: their value written there
+                if math.isfinite(yv) and yv > TOP:
+                    text = "div." if yv >= DIVERGED else f"{yv:.1f}"
+                    ax.text(xv, TOP - 0.02, text, ha="center", va="top", fontsize=7, rotation=90, color="white")
         if math.isfinite(ref):
             ax.axhline(ref, color="k", linewidth=0.8, linestyle="--", label="honest mean")
         ax.set_xticks(range(len(atks)))
         ax.set_xticklabels(atks, rotation=30, ha="right")
-        ax.set_ylabel("final eval loss (nats/char), capped at 10")
+        ax.set_ylabel(f"final eval loss (nats/char), axis cut at {TOP:g}")
         lows = [final_stats(final(s)).lo for s in data.values() if s and not broken(final_stats(final(s)).lo)]
-        ax.set_ylim(max(0.0, min(lows) - 0.2) if lows else 0, min(DIVERGED, 4.0))
+        ax.set_ylim(max(0.0, min(lows) - 0.2) if lows else 0, TOP)
         ax.set_title("Adversarial workers (1 or 2 of 8) under each aggregation rule")
-        ax.legend(ncol=5, fontsize=8)
+        ax.legend(ncol=5, fontsize=8, loc="upper right")
         save(fig, os.path.join(a.dir, "attacks.png"))
 
     # --- mixed speeds: goodput and loss ---
