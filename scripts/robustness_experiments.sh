@@ -51,10 +51,11 @@ if [ "${1:-}" != "--plot-only" ]; then
                 done
             done
             for policy in deadline adaptive wait; do
-                local extra=""
-                [ "$policy" = adaptive ] && extra="--deadline $DEADLINE"
-                echo "speeds.$policy $seed --speeds $SPEEDS --round-policy $policy $extra"
-                echo "speeds.$policy-fail $seed --speeds $SPEEDS --round-policy $policy $extra --fail 5@$FAIL_AT --join 5@$JOIN_AT"
+                # (no trailing blank: xargs -L would join the next line to this one)
+                local args="--speeds $SPEEDS --round-policy $policy"
+                [ "$policy" = adaptive ] && args="$args --deadline $DEADLINE"
+                echo "speeds.$policy $seed $args"
+                echo "speeds.$policy-fail $seed $args --fail 5@$FAIL_AT --join 5@$JOIN_AT"
             done
         done
     }
