@@ -17,6 +17,7 @@
 #   scripts/robustness_experiments.sh               build (Release preset) and run everything
 #   SIM=path/to/trickle-sim scripts/robustness_experiments.sh
 #   scripts/robustness_experiments.sh --plot-only   redraw from the existing CSVs
+#   ONLY='speeds\.(wait|deadline).*' scripts/robustness_experiments.sh   the runs whose names match
 #   STEPS=1000 SEEDS="1 2 3" TAU=15 JOBS=2 (the defaults) change the runs; TAU=15 is above
 #   the honest workers' distance to the previous aggregate in most rounds (an honest clip:25
 #   run clips none, clip:15 clips 8 of 80 contributions, clip:10 all of them; seed 1)
@@ -73,7 +74,7 @@ if [ "${1:-}" != "--plot-only" ]; then
     export OPENBLAS_NUM_THREADS=1
     start=$SECONDS
     # shellcheck disable=SC2016
-    configs | xargs -P "$JOBS" -L 1 bash -c 'run "$@"' _
+    configs | grep -E "^(${ONLY:-.*}) " | xargs -P "$JOBS" -L 1 bash -c 'run "$@"' _
     echo "all runs: $((SECONDS - start)) s" >&2
 fi
 # Debian's python3 has matplotlib (python3-matplotlib); another python3 first on PATH may not.
