@@ -27,4 +27,15 @@ for lib in libcudart.so.13 libbenchmark.so.1debian; do
         awk -v l="$lib" '$1 == l { print $3; exit }')
     [[ -n "$path" && -f "$path" ]] && cp -L "$path" "$dst/lib/"
 done
+# The Python package, where a CUDA build of it is installed (TRICKLE_PY_SITE: that
+# site-packages; default the PyPI torch environment of scripts/pypi_torch.sh), for
+# gpu_check.sh's Python stage on a GPU machine with the same torch.
+site=${TRICKLE_PY_SITE:-$(ls -d "$root"/build/pypi-torch/lib/python3*/site-packages 2> /dev/null | head -1)}
+if [[ -n "$site" && -f "$site/trickle/__init__.py" ]] && ls "$site"/trickle/_C*.so > /dev/null 2>&1; then
+    mkdir -p "$dst/python"
+    cp -r "$site/trickle" "$dst/python/"
+    rm -rf "$dst/python/trickle/__pycache__"
+    strip --strip-debug "$dst"/python/trickle/_C*.so 2> /dev/null || true
+    echo "gpu_bundle: the Python package from $site (CUDA build: see trickle.build_info() there)"
+fi
 du -sh "$dst"

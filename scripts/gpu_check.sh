@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# scripts/gpu_check.sh: everything that needs a GPU, in one call of under 8 minutes on one H100/H200.
+# scripts/gpu_check.sh: everything that needs a GPU, in one call of under 10 minutes on one H100/H200
+# (about 8 without the Python stage, GPU_CHECK_TORCH=0).
 #
 #   scripts/gpu_check.sh OUTDIR
 #
@@ -13,6 +14,7 @@
 #    sampler, both topologies, DiLoCo and SPARTA + DiLoCo (test_device_sparta, test_device_diloco), a SPARTA step
 #    captured in a CUDA graph and replayed, the g++ trainer linked against one nvcc
 #    instantiation file (test_gxx_trainer), and the static SASS check.
+# 3c. Runs the Python package's CUDA tests and its step-time benchmark (see 3c below).
 # 4. Runs the CUDA benchmark suite at three sizes (L2-resident, 4x L2, HBM) through
 #    scripts/bench_cuda.sh, with the build above.
 # 5. Writes OUTDIR/summary.md: the GPU, the test verdicts, and the benchmark tables.
@@ -145,6 +147,52 @@ if [[ "${GPU_CHECK_SANITIZE:-0}" == 1 ]]; then
     fi
 fi
 
+# 3c. The Python package on CUDA tensors (GPU_CHECK_TORCH=0 skips it): tests/python/test_cuda.py
+#     under torchrun, 4 ranks sharing the GPU over Gloo and 1 rank over NCCL (bits against
+#     the CPU path, bytes, a state_dict round trip, a mismatched model, the current stream),
+#     the NCCL run again under compute-sanitizer, and benchmarks/pytorch/bench_sparta_step.py
+#     at GPT-2 small's size (126M parameters, AdamW). Needs a Python with a CUDA build of torch
+#     ($GPU_CHECK_PYTHON, default python3) that imports trickle: installed there, or the CUDA
+#     build that scripts/gpu_bundle.sh carries in $build/python (built against the same torch).
+torch_status="not run"
+if [[ "${GPU_CHECK_TORCH:-1}" != 0 ]]; then
+    py=${GPU_CHECK_PYTHON:-python3}
+    [[ -d "$build/python/trickle" ]] && export PYTHONPATH="$build/python${PYTHONPATH:+:$PYTHONPATH}"
+    why=$("$py" -c 'import torch, trickle
+assert torch.cuda.is_available(), "torch sees no GPU"
+assert trickle.build_info()["cuda"], "trickle was built without CUDA"
+print("ok")' 2>&1 | tail -1)
+    if [[ "$why" != ok ]]; then
+        torch_status="skipped: $why"
+        log "python on CUDA: $torch_status"
+    else
+        torch_status="passed"
+        run_py() { # name, limit, command...
+            local name=$1 limit=$2; shift 2
+            local t0=$(date +%s)
+            echo "== $name" >> "$out/python_cuda.txt"
+            timeout "$limit" "$@" >> "$out/python_cuda.txt" 2>&1
+            local rc=$?
+            log "python on CUDA: $name: exit $rc in $(( $(date +%s) - t0 )) s"
+            if (( rc != 0 )); then torch_status="FAILED ($name)"; status=1; fi
+        }
+        trun=("$py" -m torch.distributed.run --standalone)
+        run_py "test_cuda, 4 ranks on one GPU over Gloo" 150 "${trun[@]}" --nproc_per_node 4 "$root/tests/python/test_cuda.py"
+        TRICKLE_TEST_BACKEND=nccl run_py "test_cuda, 1 rank over NCCL" 90 "${trun[@]}" --nproc_per_node 1 "$root/tests/python/test_cuda.py"
+        san=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2> /dev/null || true)
+        if [[ -n "$san" ]]; then
+            TRICKLE_TEST_BACKEND=nccl TRICKLE_TEST_ONLY=matches_cpu run_py "test_cuda under compute-sanitizer memcheck (1 rank, NCCL)" 120 \
+                "$san" --tool memcheck --target-processes all --error-exitcode 9 "${trun[@]}" --nproc_per_node 1 "$root/tests/python/test_cuda.py"
+        fi
+        run_py "bench_sparta_step, 126M parameters, 1 rank over NCCL" 90 "${trun[@]}" --nproc_per_node 1 \
+            "$root/benchmarks/pytorch/bench_sparta_step.py" --device cuda --backend nccl --hidden 2048 --layers 30 \
+            --diloco --iters 10 --json "$out/bench_pytorch_nccl.json"
+        run_py "bench_sparta_step, 126M parameters, 4 ranks on one GPU over Gloo" 90 "${trun[@]}" --nproc_per_node 4 \
+            "$root/benchmarks/pytorch/bench_sparta_step.py" --device cuda --backend gloo --hidden 2048 --layers 30 \
+            --iters 5 --json "$out/bench_pytorch_gloo.json"
+    fi
+fi
+
 # 4. Benchmarks at three sizes.
 bench="$build/benchmarks/bench_cuda"
 if [[ -x "$bench" ]]; then
@@ -171,6 +219,14 @@ fi
     echo '```'
     grep -E ": (passed|FAILED|skipped|NOT RUN)|passed, .* failed" "$out/ctest.txt" | tail -40
     echo '```'
+    echo
+    echo "## The Python package on CUDA tensors: $torch_status"
+    if [[ -s "$out/python_cuda.txt" ]]; then
+        echo
+        echo '```'
+        grep -E "^== |  (ok|FAIL) |test_cuda|collectives per|parameters, p =|^[a-zA-Z.()-].*[0-9]\.[0-9]{3}$" "$out/python_cuda.txt" | head -80
+        echo '```'
+    fi
     if [[ -s "$out/bench_cuda.json" ]] && command -v python3 > /dev/null; then
         echo
         echo "## Benchmarks"

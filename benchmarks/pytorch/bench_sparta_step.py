@@ -5,7 +5,16 @@ of the masked values), against one dist.all_reduce of as many values as trickle 
 gradient all-reduce of the whole model, in the same run over the same process group.
 
     torchrun --standalone --nproc_per_node 2 --redirects 2 --tee 2 benchmarks/pytorch/bench_sparta_step.py \
-        [--hidden 2048] [--layers 3] [--fraction 0.005] [--iters 20] [--json out.json]
+        [--hidden 2048] [--layers 3] [--fraction 0.005] [--iters 20] [--diloco] [--json out.json]
+
+On a GPU (a CUDA build of trickle), the model and every method on CUDA tensors:
+
+    torchrun --standalone --nproc_per_node 1 benchmarks/pytorch/bench_sparta_step.py --device cuda \
+        --backend nccl --hidden 2048 --layers 30 --diloco     # 126M parameters, GPT-2 small's size
+
+(--backend gloo with several ranks on one GPU stages every collective through host memory.)
+Each timed call is followed by torch.cuda.synchronize(), so a time includes the kernels it
+queued.
 
 (--redirects 2 --tee 2: torch 1.13's torchrun fails under Python 3.11 without them; torch
 2.x accepts them too.)
@@ -34,9 +43,9 @@ def masked_sparta_step(params, fraction, world, gen):
         with torch.no_grad():
             # One byte per entry (Gloo cannot broadcast bool tensors).
             if dist.get_rank() == 0:
-                mask = (torch.rand(p.shape, generator=gen) < fraction).to(torch.uint8)
+                mask = (torch.rand(p.shape, generator=gen, device=p.device) < fraction).to(torch.uint8)
             else:
-                mask = torch.empty(p.shape, dtype=torch.uint8)
+                mask = torch.empty(p.shape, dtype=torch.uint8, device=p.device)
             dist.broadcast(mask, src=0)
             mask = mask.bool()
             values = p[mask]
@@ -50,14 +59,19 @@ def masked_bytes(n, fraction, world, rank):
     return mask + values
 
 
+SYNC = lambda: None  # noqa: E731  (torch.cuda.synchronize on a GPU)
+
+
 def timed(fn, iters):
     for _ in range(3):
         fn()
+    SYNC()
     out = []
     for _ in range(iters):
         dist.barrier()
         t0 = time.perf_counter()
         fn()
+        SYNC()
         out.append((time.perf_counter() - t0) * 1e3)
     return statistics.median(out)
 
@@ -71,24 +85,35 @@ def main():
     ap.add_argument("--json", default="")
     ap.add_argument("--diloco", action="store_true",
                     help="also time a DiLoCo outer step (interval=1: every step is one), fp32 and int8")
+    ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    ap.add_argument("--backend", default="gloo", choices=("gloo", "nccl"))
     args = ap.parse_args()
 
-    dist.init_process_group("gloo")
+    global SYNC
+    if args.device == "cuda":
+        import os
+
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+        SYNC = lambda: torch.cuda.synchronize(device)  # noqa: E731
+    else:
+        device = torch.device("cpu")
+    dist.init_process_group(args.backend)
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)
     layers = []
     for _ in range(args.layers):
         layers += [torch.nn.Linear(args.hidden, args.hidden), torch.nn.GELU()]
-    model = torch.nn.Sequential(*layers)
+    model = torch.nn.Sequential(*layers).to(device)
     params = [p for p in model.parameters()]
     n = sum(p.numel() for p in params)
     opt = torch.optim.AdamW(params, lr=1e-4)
-    x = torch.randn(16, args.hidden)
+    x = torch.randn(16, args.hidden, device=device)
     model(x).square().mean().backward()  # gradients for the optimizer steps
 
     sparta = trickle.SPARTA(model, fraction=args.fraction, sampler="uniform", seed=1)
     sparta_block = trickle.SPARTA(model, fraction=args.fraction, sampler="block", block_size=256, seed=1)
-    gen = torch.Generator().manual_seed(1234)
+    gen = torch.Generator(device=device).manual_seed(1234)
 
     before = sparta.stats.bytes_sent
     calls_before = getattr(sparta, "collectives", 0)  # (builds before the count existed: 0)
@@ -100,9 +125,9 @@ def main():
     t_masked = timed(lambda: masked_sparta_step(params, args.fraction, world, gen), args.iters)
     # One all-reduce of the values one exchange averages, and a DDP step's all-reduce of
     # every gradient (one flat bucket, the fastest DDP could do it).
-    same = torch.randn(sparta.stats.last_values)
+    same = torch.randn(sparta.stats.last_values, device=device)
     t_same = timed(lambda: dist.all_reduce(same), args.iters)
-    grads = torch.randn(n)
+    grads = torch.randn(n, device=device)
     t_dense = timed(lambda: dist.all_reduce(grads), args.iters)
 
     t_outer = {}
@@ -117,6 +142,8 @@ def main():
         "parameters": n,
         "fraction": args.fraction,
         "torch": torch.__version__,
+        "device": torch.cuda.get_device_name(device) if args.device == "cuda" else "cpu",
+        "backend": args.backend,
         "threads": torch.get_num_threads(),
         "optimizer_step_ms": t_opt,
         "trickle_uniform_step_ms": t_trickle,
@@ -131,7 +158,9 @@ def main():
         "masked_bytes_per_step": masked_bytes(n, args.fraction, world, rank),
     }
     if rank == 0:
-        print(f"{n / 1e6:.1f}M parameters, p = {args.fraction}, {world} ranks (gloo, CPU), torch {torch.__version__}")
+        where = result["device"] if args.device == "cuda" else "CPU"
+        print(f"{n / 1e6:.1f}M parameters, p = {args.fraction}, {world} ranks ({args.backend}, {where}), "
+              f"torch {torch.__version__}")
         print(f"{'step':<40}{'ms':>10}{'x AdamW':>10}{'bytes sent':>14}")
         rows = [
             ("AdamW optimizer.step()", t_opt, None),

@@ -24,10 +24,11 @@ dense fp32 all-reduce of every parameter at every step; the end shows the held-o
 every replica. Everything is deterministic given --seed (same text, same options, same
 number of workers).
 
---device cuda puts each worker on cuda:LOCAL_RANK and uses the NCCL backend. The trickle
-package of this version accepts CPU tensors only and refuses CUDA ones with a ValueError
-(the example then says so and stops); the script is written for the build that accepts
-them, with nothing else to change.
+--device cuda puts each worker on cuda:LOCAL_RANK (modulo the GPUs there are) over NCCL,
+or over Gloo with --backend gloo (several workers sharing one GPU: NCCL needs one GPU per
+worker). It needs a CUDA build of the trickle package (trickle.build_info()['cuda']); a
+CPU-only build refuses CUDA tensors with a ValueError that says how to rebuild, and the
+example then stops.
 """
 
 from __future__ import annotations
@@ -155,14 +156,15 @@ def main() -> int:
         description="trickle: a small character-level GPT trained on several workers with SPARTA, DiLoCo or both. "
         "Start it with torchrun (torchrun --standalone --nproc_per_node 4 --redirects 2 --tee 2 "
         "examples/python/train_gpt.py) or tests/python/launch.py --nproc 4.",
-        epilog="--device cuda: each worker on cuda:LOCAL_RANK over NCCL. This version of the trickle package accepts "
-        "CPU tensors only and refuses CUDA ones (the script then says so and stops); it is written to run unchanged "
-        "once trickle accepts CUDA tensors.",
+        epilog="--device cuda: each worker on cuda:LOCAL_RANK over NCCL (--backend gloo: several workers on one "
+        "GPU); it needs a CUDA build of trickle (trickle.build_info()['cuda']).",
     )
     ap.add_argument("--algo", choices=["sparta", "diloco", "sparta-diloco"], default="sparta",
                     help="SPARTA, DiLoCo, or SPARTA inside DiLoCo's rounds (default sparta)")
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
-                    help="cpu: Gloo; cuda: cuda:LOCAL_RANK and NCCL (not accepted by this trickle version, see below)")
+                    help="cpu: Gloo; cuda: cuda:LOCAL_RANK, NCCL unless --backend gloo")
+    ap.add_argument("--backend", choices=["nccl", "gloo"], default=None,
+                    help="the torch.distributed backend (default: gloo on cpu, nccl on cuda)")
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA, help=f"a text file (default {DEFAULT_DATA})")
     ap.add_argument("--steps", type=int, default=100, help="optimizer steps per worker (default 100)")
     ap.add_argument("--log-every", type=int, default=20, help="a progress line every N steps (default 20)")
@@ -195,10 +197,12 @@ def main() -> int:
         local_rank = int(os.environ.get("LOCAL_RANK", "0"))
         device = torch.device("cuda", local_rank % torch.cuda.device_count())
         torch.cuda.set_device(device)
-        dist.init_process_group("nccl")
+        dist.init_process_group(args.backend or "nccl")
     else:
         device = torch.device("cpu")
         torch.set_num_threads(1)  # several workers share the machine's cores
+        if args.backend == "nccl":
+            ap.error("--backend nccl needs --device cuda")
         dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     t0 = time.time()
@@ -229,13 +233,11 @@ def main() -> int:
             algo = trickle.DiLoCo(model, **outer, **common)
         else:
             algo = trickle.SPARTADiLoCo(model, fraction=args.fraction, sampler=args.sampler, **outer, **common)
-    except (ValueError, RuntimeError) as e:  # raised on every worker together
-        if device.type != "cuda":
+    except ValueError as e:  # raised on every worker together
+        if device.type != "cuda" or trickle.build_info()["cuda"]:
             raise
-        # This version of the package refuses CUDA tensors (a ValueError); its checks may also
-        # fail as a collective over NCCL, which carries no CPU tensors (a RuntimeError).
-        print(f"train_gpt.py (rank {rank}): trickle refused the model on {device}: {e}\n"
-              "this trickle package takes CPU tensors only; run with --device cpu (Gloo)", file=sys.stderr)
+        # A CPU-only build of the package refuses CUDA tensors, saying how to rebuild.
+        print(f"train_gpt.py (rank {rank}): trickle refused the model on {device}: {e}", file=sys.stderr)
         return 1
     has_outer = args.algo != "sparta"
     n_params = sum(p.numel() for p in model.parameters())

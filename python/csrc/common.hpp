@@ -33,6 +33,23 @@
 #include <trickle/torch.hpp>
 #include <trickle/torch/elastic_group.hpp>
 
+#include "policies.hpp"
+
+#if TRICKLE_PY_CUDA
+// A CUDA build: the engines over CUDA parameters are compiled by nvcc (cuda_*.cu) and only
+// declared here.
+#include <trickle/comm/channel.hpp>
+#include <trickle/torch/process_group_cuda.hpp>
+
+#include "cuda_engines.hpp"
+
+#if !TRICKLE_HAS_TORCH_CUDA
+#error "trickle._C: a CUDA build needs a torch built with CUDA (its c10/cuda headers) and the CUDA toolkit's headers"
+#endif
+
+TRICKLE_PY_CUDA_ENGINES(extern template)
+#endif
+
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -107,13 +124,6 @@ inline constexpr bool has_chunk_k = requires(P p) {
 };
 template <class P>
 inline constexpr bool has_sparse_fraction = requires(P p) { p.fraction = 0.5; };
-
-// The sparsifiers of DiLoCo's outer gradient (codec/sparse.hpp) that outer_sparsifier=
-// names, their values through the outer codec. (The library lists no registry of them:
-// a sparsifier wraps a codec; this list is the package's, by the names the C++ policies
-// declare.)
-using sparsifier_registry =
-    trickle::type_list<trickle::codec::chunk_topk<trickle::codec::any>, trickle::codec::random_k<trickle::codec::any>>;
 
 // The keywords each family's policies may take, as above.
 template <class S>
@@ -274,56 +284,6 @@ inline codec_choice make_codec(const py::dict& d, const char* key) {
     })};
 }
 
-// DiLoCo's outer gradient through a sparsifier (codec/sparse.hpp), chosen at run time: the
-// sparsifier holds its values' codec as a codec::any, or, for plain fp32 values, is
-// exactly C++'s default codec::chunk_topk<> / codec::random_k<>. One engine instantiation
-// covers them all: the exchange route finds sparse_all_reduce and sparse_all_reduce_parts
-// for this type by argument-dependent lookup (below), and each visits the held sparsifier.
-struct outer_sparsifier {
-    using topk_any = trickle::codec::chunk_topk<trickle::codec::any>;
-    using randk_any = trickle::codec::random_k<trickle::codec::any>;
-    using variant_type =
-        std::variant<trickle::codec::chunk_topk<>, trickle::codec::random_k<>, topk_any, randk_any>;
-    static constexpr const char* name = "sparsifier";
-    variant_type held{};
-
-    const char* held_name() const {
-        return std::visit([](const auto& s) -> const char* { return std::remove_cvref_t<decltype(s)>::name; }, held);
-    }
-    std::size_t payload_bytes(std::size_t n) const {
-        return std::visit([&](const auto& s) -> std::size_t { return s.payload_bytes(n); }, held);
-    }
-    std::size_t kept(std::size_t n) const {
-        return std::visit([&](const auto& s) -> std::size_t { return s.kept(n); }, held);
-    }
-    std::string error() const {
-        return std::visit([](const auto& s) -> std::string { return s.error(); }, held);
-    }
-    void describe(trickle::config_record& rec) const {
-        std::visit([&](const auto& s) { s.describe(rec); }, held);
-    }
-    void reserve_scratch(trickle::codec::sparse_scratch& scratch, std::size_t n, int ranks) const {
-        std::visit([&](const auto& s) { s.reserve_scratch(scratch, n, ranks); }, held);
-    }
-};
-
-template <class Comm>
-int sparse_all_reduce(const outer_sparsifier& sp, Comm& comm, float* buf, std::size_t n,
-                      trickle::codec::sparse_scratch& scratch, float* residual, float beta, std::uint64_t seed,
-                      std::uint64_t round) {
-    return std::visit(
-        [&](const auto& s) {
-            return trickle::codec::sparse_all_reduce(s, comm, buf, n, scratch, residual, beta, seed, round);
-        },
-        sp.held);
-}
-
-inline trickle::codec::wire_parts sparse_all_reduce_parts(const outer_sparsifier& sp, std::size_t n, int N, int me) {
-    return std::visit([&](const auto& s) { return trickle::codec::sparse_all_reduce_parts(s, n, N, me); }, sp.held);
-}
-
-static_assert(trickle::codec::sparsifier_policy<outer_sparsifier> && !trickle::codec_policy<outer_sparsifier>);
-
 // outer_sparsifier= with its fields, the values' codec resolved per group as codec_choice.
 struct sparse_choice {
     std::string name;
@@ -376,29 +336,6 @@ struct outer_wire {
 };
 
 // ---- outer optimizers, with an optional learning-rate schedule ----
-
-// An outer optimizer with a learning rate, with or without a schedule of it: with one it is
-// outer::lr_scheduled<O, schedule::any> (trickle/outer/lr_schedule.hpp: the lr times the
-// schedule's multiplier at each outer step, the schedule's fields in the configuration);
-// without, O itself (its bits, fields and checkpoints). One instantiation for both: the
-// rule that prepare() returns is O's either way.
-template <class O>
-struct scheduled_outer {
-    using scheduled = trickle::outer::lr_scheduled<O, trickle::schedule::any>;
-    static constexpr const char* name = O::name;
-    static constexpr int state_slots = O::state_slots;
-
-    O optimizer{};
-    std::optional<scheduled> schedule{};
-
-    void describe(trickle::config_record& rec) const {
-        if (schedule)
-            schedule->describe(rec);
-        else
-            optimizer.describe(rec);
-    }
-    auto prepare(std::uint64_t t) const { return schedule ? schedule->prepare(t) : optimizer.prepare(t); }
-};
 
 struct outer_config {
     std::string name = "nesterov";
@@ -539,9 +476,6 @@ template <class Group>
 using group_value_t = typename std::remove_cvref_t<Group>::value_type;
 
 template <class Sampler>
-using sparta_algo = trickle::sparta<Sampler, trickle::schedule::any, trickle::topology::any, trickle::codec::any>;
-
-template <class Sampler>
 class model_sparta : public ttd::model_algorithm<sparta_algo<Sampler>> {
 public:
     template <class Comm>
@@ -577,10 +511,6 @@ public:
             options.join);
     }
 };
-
-template <class Sampler, class Outer, class Wire>
-using sparta_diloco_algo = trickle::sparta_diloco<Sampler, trickle::schedule::any, trickle::topology::any, Outer,
-                                                  trickle::codec::any, Wire>;
 
 template <class Sampler, class Outer, class Wire>
 class model_sparta_diloco : public ttd::model_algorithm<sparta_diloco_algo<Sampler, Outer, Wire>> {
@@ -691,9 +621,9 @@ private:
     Wrapper w_;
 };
 
-// Owns the communicator (a process group's, or an elastic group's) and the algorithm over
-// it (declared in that order, so the algorithm, which refers to the communicator, is
-// destroyed first).
+// Owns the communicator (a process group's, the same over CUDA memory, or an elastic
+// group's) and the algorithm over it (declared in that order, so the algorithm, which
+// refers to the communicator, is destroyed first).
 class bound_algorithm {
 public:
     // Over a torch.distributed group, the argument checks in the payload: every size the
@@ -705,6 +635,18 @@ public:
           comm_(std::make_unique<trickle::comm::process_group>(
               std::move(pg),
               trickle::comm::process_group_options{.checks = trickle::comm::argument_checks::in_payload})) {}
+#if TRICKLE_PY_CUDA
+    // Over a torch.distributed group, for parameters on CUDA device `device`: the engines
+    // run on comm::cuda_channel (cuda_engines.hpp) over comm::process_group_cuda, on torch's
+    // current stream; NCCL takes the device buffers, any other backend is staged through
+    // pinned host memory (trickle/torch/process_group_cuda.hpp).
+    bound_algorithm(std::string kind, process_group_ptr pg, int device)
+        : kind_(std::move(kind)),
+          cuda_(std::make_unique<trickle::comm::process_group_cuda>(
+              std::move(pg), device, std::nullopt,
+              trickle::comm::process_group_options{.checks = trickle::comm::argument_checks::in_payload})),
+          channel_(std::make_unique<trickle::comm::channel_of<trickle::comm::process_group_cuda>>(*cuda_)) {}
+#endif
     bound_algorithm(std::string kind, store_ptr store, int id, trickle::comm::elastic_group_options o)
         : kind_(std::move(kind)),
           elastic_(std::make_unique<trickle::comm::elastic_group>(std::move(store), id, std::move(o))) {}
@@ -720,19 +662,38 @@ public:
     ~bound_algorithm() {
         if (Py_IsInitialized() && PyGILState_Check()) {
             py::gil_scoped_release release;
-            algo_.reset();
-            comm_.reset();
-            elastic_.reset();
+            release_all();
         } else {
-            algo_.reset();
-            comm_.reset();
-            elastic_.reset();
+            release_all();
         }
     }
 
-    trickle::comm::process_group& comm() { return *comm_; }
+    // Calls f(communicator) with the communicator the engines run on: the CUDA channel for
+    // CUDA parameters, the process group's otherwise.
+    template <class F>
+    decltype(auto) with_comm(F&& f) {
+#if TRICKLE_PY_CUDA
+        if (channel_) return f(static_cast<trickle::comm::cuda_channel&>(*channel_));
+#endif
+        return f(*comm_);
+    }
     trickle::comm::elastic_group& elastic() { return *elastic_; }
     bool is_elastic() const { return elastic_ != nullptr; }
+    bool on_cuda() const {
+#if TRICKLE_PY_CUDA
+        return cuda_ != nullptr;
+#else
+        return false;
+#endif
+    }
+    // Over CUDA parameters: whether the group's collectives are staged through host memory
+    // (any backend but NCCL).
+    bool stages_through_host() const {
+#if TRICKLE_PY_CUDA
+        if (cuda_) return cuda_->stages_through_host();
+#endif
+        return false;
+    }
     void set(std::unique_ptr<algorithm_base> a) { algo_ = std::move(a); }
     algorithm_base& algo() const {
         if (!algo_) throw trickle::invalid_argument("trickle." + kind_ + ": the object is empty");
@@ -742,18 +703,67 @@ public:
     // The collectives this worker's communicator started (over a torch.distributed group;
     // over trickle.Elastic, the current epoch's group's, 0 between epochs).
     std::uint64_t collectives() const {
+#if TRICKLE_PY_CUDA
+        if (cuda_) return cuda_->collectives();
+#endif
         if (comm_) return comm_->collectives();
         return 0;
     }
-    int rank() const { return comm_ ? comm_->rank() : elastic_->rank(); }
-    int size() const { return comm_ ? comm_->size() : elastic_->size(); }
+    int rank() const {
+#if TRICKLE_PY_CUDA
+        if (cuda_) return cuda_->rank();
+#endif
+        return comm_ ? comm_->rank() : elastic_->rank();
+    }
+    int size() const {
+#if TRICKLE_PY_CUDA
+        if (cuda_) return cuda_->size();
+#endif
+        return comm_ ? comm_->size() : elastic_->size();
+    }
 
 private:
+    void release_all() {
+        algo_.reset();
+#if TRICKLE_PY_CUDA
+        channel_.reset();
+        cuda_.reset();
+#endif
+        comm_.reset();
+        elastic_.reset();
+    }
+
     std::string kind_;
     std::unique_ptr<trickle::comm::process_group> comm_;
+#if TRICKLE_PY_CUDA
+    std::unique_ptr<trickle::comm::process_group_cuda> cuda_;
+    std::unique_ptr<trickle::comm::channel_of<trickle::comm::process_group_cuda>> channel_;
+#endif
     std::unique_ptr<trickle::comm::elastic_group> elastic_;
     std::unique_ptr<algorithm_base> algo_;
 };
+
+// The CUDA device of the first parameter on one, or -1 when every parameter is on the CPU.
+inline int cuda_device(const named_tensors& params) {
+    for (const auto& [name, t] : params)
+        if (t.is_cuda()) return static_cast<int>(t.get_device());
+    return -1;
+}
+
+// The bound object for `params` over `pg`: over CUDA memory when a parameter is on CUDA (a
+// model that mixes CPU and CUDA parameters is then refused by the wrapper, on every rank:
+// its CPU group does not match the communicator), over host memory otherwise. A build
+// without CUDA gets CUDA parameters only past the Python layer's check; the wrapper then
+// refuses them the same way.
+inline std::unique_ptr<bound_algorithm> bind_group(std::string kind, process_group_ptr pg, const named_tensors& params) {
+#if TRICKLE_PY_CUDA
+    if (const int device = cuda_device(params); device >= 0)
+        return std::make_unique<bound_algorithm>(std::move(kind), std::move(pg), device);
+#else
+    (void)params;
+#endif
+    return std::make_unique<bound_algorithm>(std::move(kind), std::move(pg));
+}
 
 // The factories, one per binding file. Each is called under the GIL and releases it
 // while the (collective) construction runs.
@@ -780,11 +790,10 @@ std::unique_ptr<algorithm_base> build_diloco(Comm& comm, const named_tensors& pa
 
 // The sparsifier instantiations live in their own files (diloco_sparse.cpp,
 // sparta_diloco_sparse.cpp), so that the two halves compile in parallel.
-std::unique_ptr<algorithm_base> diloco_sparsified(trickle::comm::process_group& comm, const named_tensors& params,
+std::unique_ptr<algorithm_base> diloco_sparsified(bound_algorithm& out, const named_tensors& params,
                                                   const diloco_config& c);
-std::unique_ptr<algorithm_base> sparta_diloco_sparsified(trickle::comm::process_group& comm,
-                                                         const named_tensors& params, const sparta_config& sc,
-                                                         const diloco_config& c);
+std::unique_ptr<algorithm_base> sparta_diloco_sparsified(bound_algorithm& out, const named_tensors& params,
+                                                         const sparta_config& sc, const diloco_config& c);
 
 // SPARTA + DiLoCo over `comm`, one instantiation per (sampler, outer optimizer).
 template <class Comm, class Choice>

@@ -6,12 +6,12 @@ namespace trickle_py {
 
 std::unique_ptr<bound_algorithm> make_diloco(process_group_ptr pg, const named_tensors& params, const py::dict& opts) {
     const diloco_config config = diloco_config::from(opts);
-    auto out = std::make_unique<bound_algorithm>("DiLoCo", std::move(pg));
+    auto out = bind_group("DiLoCo", std::move(pg), params);
     py::gil_scoped_release release;
     if (config.wire.sparse)
-        out->set(diloco_sparsified(out->comm(), params, config));
+        out->set(diloco_sparsified(*out, params, config));
     else
-        out->set(build_diloco(out->comm(), params, config, config.wire.codec));
+        out->set(out->with_comm([&](auto& comm) { return build_diloco(comm, params, config, config.wire.codec); }));
     return out;
 }
 

@@ -4,9 +4,9 @@
 
 namespace trickle_py {
 
-std::unique_ptr<algorithm_base> diloco_sparsified(trickle::comm::process_group& comm, const named_tensors& params,
+std::unique_ptr<algorithm_base> diloco_sparsified(bound_algorithm& out, const named_tensors& params,
                                                   const diloco_config& c) {
-    return build_diloco(comm, params, c, *c.wire.sparse);
+    return out.with_comm([&](auto& comm) { return build_diloco(comm, params, c, *c.wire.sparse); });
 }
 
 } // namespace trickle_py

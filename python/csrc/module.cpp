@@ -5,6 +5,10 @@
 
 #include <torch/version.h>
 
+#if TRICKLE_PY_CUDA
+#include <trickle_py_build.hpp> // setup.py's choices: TRICKLE_PY_CUDA_ARCHS
+#endif
+
 #include <exception>
 
 namespace trickle_py {
@@ -83,10 +87,25 @@ void add_family(py::dict& names, py::dict& options, const char* family, Keys key
 // rank with a bad argument raises together with the others instead of leaving them
 // waiting in the algorithm's constructor. Throws invalid_argument on every rank if any
 // rank reported one.
+// Over an NCCL group (which carries CUDA tensors only) the agreement goes through device
+// memory on the current device (comm::process_group_cuda), in a CUDA build.
 void agree_python(process_group_ptr pg, const std::string& kind, const std::string& error) {
-    trickle::comm::process_group comm(std::move(pg));
     trickle::config_record rec("python." + kind);
     if (!error.empty()) rec.set_error(error);
+#if TRICKLE_PY_CUDA
+    std::string backend;
+    try {
+        backend = pg->getBackendName();
+    } catch (...) {
+    }
+    if (backend == "nccl") {
+        trickle::comm::process_group_cuda comm(std::move(pg));
+        py::gil_scoped_release release;
+        trickle::agree(comm, rec);
+        return;
+    }
+#endif
+    trickle::comm::process_group comm(std::move(pg));
     py::gil_scoped_release release;
     trickle::agree(comm, rec);
 }
@@ -147,6 +166,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         .def("groups", [](const bound_algorithm& a) { return groups_list(a.algo().params()); })
         .def("own_state", [](const bound_algorithm& a) { return a.algo().own_state(); })
         .def_property_readonly("collectives", &bound_algorithm::collectives)
+        .def_property_readonly("on_cuda", &bound_algorithm::on_cuda)
+        .def_property_readonly("stages_through_host", &bound_algorithm::stages_through_host)
         .def_property_readonly("elastic", &bound_algorithm::is_elastic)
         .def_property_readonly("worker_id", [](bound_algorithm& a) { return a.is_elastic() ? a.elastic().id() : -1; })
         .def("membership",
@@ -192,13 +213,24 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "parse_aggregate", [](const std::string& text) { return trickle::aggregate::parse(text).name(); },
         py::arg("text"));
     m.def("agree", &agree_python, py::arg("group"), py::arg("kind"), py::arg("error"));
-    m.attr("has_cuda") = false;
     // What this extension was built with (trickle.build_info()).
     py::dict info;
     info["trickle"] = std::to_string(TRICKLE_VERSION_MAJOR) + "." + std::to_string(TRICKLE_VERSION_MINOR);
     info["torch"] = TORCH_VERSION;
+#if TRICKLE_PY_CUDA
+    m.attr("has_cuda") = true;
+    info["cuda"] = true;
+    // The toolkit the engines were compiled with (CUDART_VERSION: 1000 major + 10 minor).
+    info["cuda_version"] = std::to_string(CUDART_VERSION / 1000) + "." + std::to_string(CUDART_VERSION % 1000 / 10);
+    info["cuda_archs"] = std::string(TRICKLE_PY_CUDA_ARCHS);
+#else
+    m.attr("has_cuda") = false;
     info["cuda"] = false;
     info["cuda_version"] = py::none();
+    info["cuda_archs"] = py::none();
+#endif
+    // trickle's own NCCL communicator is not in the package: over CUDA tensors the bytes go
+    // through the trainer's torch.distributed group (NCCL there when its backend is NCCL).
     info["nccl"] = false;
     info["gloo"] = true;
     info["cxx"] = __VERSION__;

@@ -9,12 +9,13 @@ std::unique_ptr<bound_algorithm> make_sparta_diloco(process_group_ptr pg, const 
                                                     const py::dict& opts) {
     const sparta_config sparse = sparta_config::from(opts, "sparta_interval");
     const diloco_config config = diloco_config::from(opts);
-    auto out = std::make_unique<bound_algorithm>("SPARTADiLoCo", std::move(pg));
+    auto out = bind_group("SPARTADiLoCo", std::move(pg), params);
     py::gil_scoped_release release;
     if (config.wire.sparse)
-        out->set(sparta_diloco_sparsified(out->comm(), params, sparse, config));
+        out->set(sparta_diloco_sparsified(*out, params, sparse, config));
     else
-        out->set(build_sparta_diloco(out->comm(), params, sparse, config, config.wire.codec));
+        out->set(out->with_comm(
+            [&](auto& comm) { return build_sparta_diloco(comm, params, sparse, config, config.wire.codec); }));
     return out;
 }
 

@@ -4,10 +4,9 @@
 
 namespace trickle_py {
 
-std::unique_ptr<algorithm_base> sparta_diloco_sparsified(trickle::comm::process_group& comm,
-                                                         const named_tensors& params, const sparta_config& sc,
-                                                         const diloco_config& c) {
-    return build_sparta_diloco(comm, params, sc, c, *c.wire.sparse);
+std::unique_ptr<algorithm_base> sparta_diloco_sparsified(bound_algorithm& out, const named_tensors& params,
+                                                         const sparta_config& sc, const diloco_config& c) {
+    return out.with_comm([&](auto& comm) { return build_sparta_diloco(comm, params, sc, c, *c.wire.sparse); });
 }
 
 } // namespace trickle_py

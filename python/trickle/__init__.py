@@ -33,10 +33,19 @@ from . import _C
 
 
 def build_info() -> dict:
-    """What this trickle extension was built with: trickle's version, the torch it was
-    compiled against, the C++ compiler and standard, and whether it has CUDA (and NCCL)
-    support; a CUDA tensor given to a build without it raises a ValueError that says so."""
-    return dict(_C.build_info)
+    """What this trickle extension was built with.
+
+    Keys: ``trickle`` (its version), ``torch`` (the torch it was compiled against), ``cuda``
+    (whether it takes CUDA tensors), ``cuda_version`` (the toolkit its CUDA kernels were
+    compiled with, or None), ``cuda_archs`` (the GPU architectures they were compiled for,
+    or None), ``nccl`` (trickle's own NCCL communicator: never in the package; over CUDA
+    tensors the bytes go through the trainer's torch.distributed group, NCCL when its
+    backend is), ``gloo``, ``cxx`` and ``cplusplus`` (the C++ compiler and standard), and
+    ``codecs`` (the codec names it knows). A CUDA tensor given to a build without CUDA
+    raises a ValueError that says how to rebuild."""
+    info = dict(_C.build_info)
+    info["codecs"] = tuple(CODECS)
+    return info
 
 
 __all__ = [

@@ -408,15 +408,40 @@ def _named_tensors(kind: str, model) -> List[Tuple[str, torch.Tensor]]:
             raise TypeError(f"trickle.{kind}: parameter names must be strings, got {type(name).__name__}")
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"trickle.{kind}: parameter '{name}' is a {type(t).__name__}, not a tensor")
-        if t.device.type != "cpu":
+        if t.device.type == "cuda" and not _C.build_info["cuda"]:
             raise ValueError(
-                f"trickle.{kind}: parameter '{name}' is on {t.device}, but this build of trickle takes CPU tensors "
-                f"only (trickle.build_info()['cuda'] is {_C.build_info['cuda']}): the Python package has no CUDA "
-                "build yet. From C++, trickle::torch's wrappers take CUDA tensors over "
-                "comm::process_group_cuda (docs/communicators.md); from Python, keep the model on the CPU"
+                f"trickle.{kind}: parameter '{name}' is on {t.device}, but this build of trickle has no CUDA support "
+                f"(trickle.build_info()['cuda'] is False: it was built against torch {_C.build_info['torch']} "
+                "without nvcc, or against a CPU-only torch). Rebuild it where torch has CUDA and nvcc is found "
+                "(CUDA_HOME, PATH, /usr/local/cuda, or pip install nvidia-cuda-nvcc): "
+                "pip install --no-build-isolation --force-reinstall ./python (python/README.md); "
+                "or keep the model on the CPU"
+            )
+        if t.device.type not in ("cpu", "cuda"):
+            raise ValueError(
+                f"trickle.{kind}: parameter '{name}' is on {t.device}; trickle takes CPU and CUDA tensors"
             )
         out.append((name, t))
+    cuda = sorted({str(t.device) for _, t in out if t.device.type == "cuda"})
+    if len(cuda) > 1:
+        raise ValueError(
+            f"trickle.{kind}: the parameters are on {', '.join(cuda)}; one trickle object covers the parameters of "
+            "one device (one per device, each over its own group)"
+        )
+    if cuda and any(t.device.type == "cpu" for _, t in out):
+        first_cpu = next(n for n, t in out if t.device.type == "cpu")
+        raise ValueError(
+            f"trickle.{kind}: parameter '{first_cpu}' is on cpu while others are on {cuda[0]}; a model split "
+            "over CPU and CUDA needs one trickle object per device"
+        )
     return out
+
+
+def _backend_name(group) -> str:
+    try:
+        return str(dist.get_backend(group)).lower()
+    except Exception:  # noqa: BLE001 - a group torch cannot name: not NCCL as far as trickle knows
+        return ""
 
 
 def _resolve_group(kind: str, group):
@@ -461,6 +486,14 @@ class _Algorithm:
         if options.get("elastic") is not None:
             return self._build_elastic(model, options)
         group = _resolve_group(kind, options.get("group"))
+        if not _C.build_info["cuda"] and _backend_name(group) == "nccl":
+            # (Raised on every rank alike, without a collective: the group carries CUDA tensors
+            # only, and every rank runs the same build.)
+            raise ValueError(
+                f"trickle.{kind}: the process group's backend is NCCL, which carries CUDA tensors, and this build of "
+                "trickle has no CUDA support (trickle.build_info()['cuda'] is False); rebuild it with CUDA "
+                "(python/README.md), or use a Gloo group with CPU tensors"
+            )
         problem: Optional[BaseException] = None
         opts: Dict[str, Any] = {}
         params: List[Tuple[str, torch.Tensor]] = []
@@ -499,6 +532,9 @@ class _Algorithm:
                             "made per epoch from the store)")
         opts = _parse_options(kind, options)
         params = _named_tensors(kind, model)
+        if any(t.device.type == "cuda" for _, t in params):
+            raise ValueError(f"trickle.{kind}: elastic= takes CPU parameters in this version (its groups are Gloo "
+                             "groups over host memory); keep the elastic worker's model on the CPU, or use group=")
         self._group = None
         self._elastic = el  # keeps the store alive as long as this object
         self._options = opts

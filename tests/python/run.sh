@@ -82,10 +82,13 @@ VPY="$VENV/bin/python"
 
 # ---- 3. Build and install the package when something changed ----
 stamp_now=$("$VPY" - "$ROOT" <<'EOF'
-import hashlib, pathlib, sys, torch
+import hashlib, os, pathlib, sys, torch
 root = pathlib.Path(sys.argv[1])
 h = hashlib.sha256()
 h.update(f"{torch.__version__} {torch.__file__} {sys.version}".encode())
+# What setup.py reads from the environment (CUDA or not, which nvcc, which archs).
+for var in ("TRICKLE_CUDA", "CUDA_HOME", "CUDA_PATH", "TORCH_CUDA_ARCH_LIST"):
+    h.update(f"{var}={os.environ.get(var, '')}".encode())
 files = [root / "python" / f for f in ("setup.py", "pyproject.toml", "MANIFEST.in")]
 files += sorted((root / "python" / "csrc").glob("*"))
 files += sorted(f for f in (root / "python" / "trickle").glob("*") if f.suffix in (".py", ".pyi") or f.name == "py.typed")

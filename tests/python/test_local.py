@@ -294,10 +294,13 @@ def test_bad_arguments():
     expect_raises(ValueError, lambda: trickle.SPARTA([]), "no parameters")
     expect_raises(ValueError, lambda: trickle.SPARTA(nn.Linear(3, 3).double()), "dtype", "float32")
     expect_raises(ValueError, lambda: trickle.SPARTA([torch.zeros(3, 3).t()]), "not contiguous")
-    # A device other than the CPU (meta here; CUDA alike) is refused with the reason.
-    expect_raises(ValueError, lambda: trickle.SPARTA([torch.empty(3, device="meta")]), "CPU tensors only", "build_info")
-    if torch.cuda.is_available():
-        expect_raises(ValueError, lambda: trickle.SPARTA([torch.zeros(3, device="cuda")]), "CPU tensors only", "build_info")
+    # A device other than the CPU and CUDA (meta here) is refused with the reason; CUDA
+    # tensors by a build without CUDA, saying how to rebuild (test_build_info).
+    expect_raises(ValueError, lambda: trickle.SPARTA([torch.empty(3, device="meta")]), "on meta",
+                  "CPU and CUDA tensors")
+    if torch.cuda.is_available() and not trickle.build_info()["cuda"]:
+        expect_raises(ValueError, lambda: trickle.SPARTA([torch.zeros(3, device="cuda")]), "no CUDA support",
+                      "--force-reinstall")
 
 
 def test_moved_parameters_are_refused():
@@ -824,14 +827,34 @@ TESTS_BEFORE_INIT = [test_not_initialized_is_a_clear_error]
 def test_build_info():
     info = trickle.build_info()
     assert torch.__version__.startswith(info["torch"]), (info, torch.__version__)
-    assert info["cuda"] is False and info["cuda_version"] is None and info["gloo"] is True, info
+    assert info["gloo"] is True and info["nccl"] is False, info
     assert info["cplusplus"] >= 202002, info
     assert info["trickle"].count(".") == 1, info
-    info["cuda"] = True  # a copy: the module's own is unchanged
-    assert trickle.build_info()["cuda"] is False
-    # A meta tensor stands for a device tensor on a machine without one: refused, saying how.
-    expect_raises(ValueError, lambda: trickle.SPARTA([torch.zeros(3, device="meta")]), "CPU tensors only",
-                  "build_info()['cuda'] is False")
+    assert tuple(info["codecs"]) == tuple(trickle.CODECS), info
+    # A CUDA build needs a torch with CUDA; the toolkit's version and the archs come with it.
+    if info["cuda"]:
+        assert torch.version.cuda is not None, info
+        assert info["cuda_version"].split(".")[0] == torch.version.cuda.split(".")[0], (info, torch.version.cuda)
+        assert info["cuda_archs"], info
+    else:
+        assert info["cuda_version"] is None and info["cuda_archs"] is None, info
+    built_with_cuda = info["cuda"]
+    info["cuda"] = not built_with_cuda  # a copy: the module's own is unchanged
+    assert trickle.build_info()["cuda"] is built_with_cuda
+    if built_with_cuda:
+        return
+    # This build has no CUDA: a CUDA tensor is refused, saying how to rebuild. Without a GPU
+    # the check is reached by a tensor whose device reads cuda:0 (the test the layer makes).
+    import trickle._algorithms as algos
+
+    class CudaView(torch.Tensor):
+        @property
+        def device(self):
+            return torch.device("cuda", 0)
+
+    v = torch.zeros(3).as_subclass(CudaView)
+    expect_raises(ValueError, lambda: algos._named_tensors("SPARTA", [("w", v)]), "no CUDA support",
+                  "build_info()['cuda'] is False", "--force-reinstall")
 
 
 TESTS = [

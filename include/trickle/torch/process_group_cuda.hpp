@@ -97,6 +97,10 @@ public:
     bool backend_failed() const { return host_.backend_failed() || failed_; }
     // Whether the collectives run on CUDA tensors (NCCL) or are staged through host memory.
     bool stages_through_host() const { return !on_device_; }
+    // The collectives this object started (on the host path, comm::process_group's count,
+    // argument checks included; over NCCL, one per data-plane call that moved bytes and two
+    // per all_gather_bytes, which compares sizes first).
+    std::uint64_t collectives() const { return on_device_ ? collectives_ : host_.collectives(); }
 
     // The stream the algorithms' kernels and this communicator's copies run on.
     cudaStream_t stream() const { return torch_stream().stream(); }
@@ -215,6 +219,7 @@ public:
             if (m != 0)
                 TRICKLE_CUDA_CHECK(cudaMemcpyAsync(recv, send, m * sizeof(float), cudaMemcpyDeviceToDevice, stream()));
         } else {
+            ++collectives_;
             c10::intrusive_ptr<c10d::Work> in, out;
             std::vector<at::Tensor> rt, st;
             try {
@@ -271,6 +276,7 @@ private:
 
     template <class Start>
     void run(const char* op, Start&& start) {
+        ++collectives_;
         try {
             start()->wait(); // ProcessGroupNCCL: the current stream (ours) waits; the host does not
         } catch (const std::exception& e) {
@@ -348,6 +354,7 @@ private:
     int device_ = 0;
     bool on_device_ = false;
     bool failed_ = false;
+    std::uint64_t collectives_ = 0;
     traffic_counters traffic_{};
     at::Tensor staging_[2];
     at::Tensor scratch_;

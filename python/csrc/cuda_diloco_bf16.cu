@@ -1,0 +1,5 @@
+// python/csrc/cuda_diloco_bf16.cu (nvcc, CUDA builds only): DiLoCo's engines over bf16 CUDA parameters,
+// the outer gradient through a codec.
+#include "cuda_engines.hpp"
+
+TRICKLE_PY_DILOCO_ENGINES(template, ::trickle::bfloat16, ::trickle::codec::any)
