@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # scripts/pypi_torch.sh: trickle's Python package against a current PyPI torch (not only
 # Debian's 1.13): makes a virtual environment with torch from PyPI (its Linux wheel, which
-# carries CUDA libraries and runs on a CPU-only machine), builds the package there (CPU
-# build) and runs the Python tests (tests/python/run.sh), then compiles
+# carries CUDA libraries and runs on a CPU-only machine), builds the package there (its
+# CUDA build where the toolkit's nvcc is found, below) and runs the Python tests
+# (tests/python/run.sh), then compiles
 # comm::process_group_cuda and the model wrappers over it (tests/torch/process_group_cuda_compile.cpp)
 # against that torch's CUDA headers with g++, where the CUDA toolkit's headers are found.
 #
@@ -33,9 +34,27 @@ if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c 'import torch' 2>/dev/
 fi
 "$VENV/bin/python" -c 'import torch; print("torch", torch.__version__, "| CUDA", torch.version.cuda)'
 
-say "pypi_torch: the package and its tests against this torch"
+# The CUDA build where this torch has CUDA and the toolkit's nvcc is here (PyPI's Linux
+# torch has CUDA; this machine's toolkit is /usr/local/cuda): the package's engines over
+# CUDA parameters compiled by nvcc, the CPU tests run against that build (which steps CPU
+# tensors as the CPU-only one does), and tests/python/test_cuda.py skips without a GPU.
+# $TRICKLE_PYPI_CUDA_ARCHS (default 9.0: one architecture keeps the compile in CI's time;
+# the library's CMake build compiles every kernel for 8.0 and 9.0) sets the GPU
+# architectures; TRICKLE_CUDA=0 makes the CPU-only build instead.
+if [ -z "${TRICKLE_CUDA:-}" ] && "$VENV/bin/python" -c 'import sys, torch; sys.exit(0 if torch.version.cuda else 1)' &&
+    { command -v nvcc >/dev/null || [ -x "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc" ]; }; then
+    export TRICKLE_CUDA=1 TORCH_CUDA_ARCH_LIST=${TRICKLE_PYPI_CUDA_ARCHS:-9.0}
+    say "pypi_torch: the package's CUDA build (architectures $TORCH_CUDA_ARCH_LIST) and its tests against this torch"
+else
+    say "pypi_torch: the package and its tests against this torch (TRICKLE_CUDA=${TRICKLE_CUDA:-auto})"
+fi
 TRICKLE_PYTHON="$VENV/bin/python" TRICKLE_VENV="$VENV" TRICKLE_BUILD_DIR="$VENV/trickle-build" \
     MAX_JOBS=${MAX_JOBS:-2} bash "$ROOT/tests/python/run.sh" --no-example
+"$VENV/bin/python" -c 'import trickle; i = trickle.build_info(); print("trickle build: cuda", i["cuda"], i["cuda_version"], i["cuda_archs"])'
+if [ "${TRICKLE_CUDA:-}" = 1 ]; then
+    "$VENV/bin/python" -c 'import sys, trickle; sys.exit(0 if trickle.build_info()["cuda"] else 1)' ||
+        { echo "pypi_torch: TRICKLE_CUDA=1 but the installed trickle is not a CUDA build" >&2; exit 1; }
+fi
 
 cuda_include=""
 for d in "${CUDA_HOME:-}/include" /usr/local/cuda/include; do

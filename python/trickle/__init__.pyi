@@ -189,7 +189,7 @@ class Elastic:
         """Checks the arguments (TypeError / ValueError) and keeps them."""
 
 def build_info() -> Dict[str, Any]:
-    """What this trickle extension was built with: trickle's and torch's versions, the C++ compiler and standard, whether it has CUDA and NCCL support."""
+    """What this trickle extension was built with: trickle, torch, cuda (whether it takes CUDA tensors), cuda_version and cuda_archs (its kernels' toolkit and GPU architectures, or None), nccl (trickle's own NCCL communicator: False; CUDA tensors go through the trainer's group), gloo, cxx, cplusplus and codecs."""
 
 def connect_store(host: str, port: int, timeout: float = 30.0) -> Store:
     """A client of the TCPStore at host:port; raises RuntimeError naming the address when no store answers within `timeout` seconds."""

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tests/python/run.sh: builds trickle's Python package (python/) into a virtual environment
 # and runs its tests: tests/python/test_local.py, test_registry.py and test_stubs.py (one process),
-# test_distributed.py (4 processes, gloo), test_elastic.py (3 processes over trickle.Elastic,
+# test_distributed.py (4 processes, gloo), test_cuda.py (CUDA tensors: skipped without a
+# GPU or a CUDA build), test_elastic.py (3 processes over trickle.Elastic,
 # one killed with SIGKILL and restarted), test_peer_failure.py (2 processes, one leaves)
 # and the examples examples/python/train.py and train_gpt.py (4 workers, each algorithm).
 #
@@ -153,6 +154,15 @@ run "test_stubs (1 process: the type stubs against the runtime)" timeout 300 "$V
 run "test_distributed (torchrun, $NPROC processes, gloo)" timeout 600 "${torchrun[@]}" tests/python/test_distributed.py
 run "test_elastic (3 worker processes over trickle.Elastic, one killed and restarted)" \
     timeout 300 "$VPY" tests/python/test_elastic.py
+# CUDA tensors against the CPU path: runs where there is a GPU and a CUDA build, and says
+# why it skips elsewhere (scripts/gpu_check.sh runs it on a GPU, over Gloo and NCCL).
+run "test_cuda (torchrun, $NPROC processes on one GPU, gloo; skipped without a GPU or a CUDA build)" \
+    timeout 300 "${torchrun[@]}" tests/python/test_cuda.py
+if ! "$VPY" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+    # No GPU: the same test script with both copies on the CPU, a check of the script itself.
+    run "test_cuda, dry run on the CPU (torchrun, $NPROC processes, gloo)" \
+        env TRICKLE_TEST_DRY_RUN=1 timeout 300 "${torchrun[@]}" tests/python/test_cuda.py
+fi
 run "test_peer_failure (2 processes, one leaves)" \
     "$VPY" tests/python/launch.py --nproc 2 --timeout 120 tests/python/test_peer_failure.py
 if [ "$RUN_EXAMPLE" = 1 ]; then

@@ -13,6 +13,10 @@ model must raise on every rank; and trickle must follow the trainer's current st
 CPU objects run over a Gloo group (the default group over Gloo, a Gloo subgroup over
 NCCL), the CUDA ones over the default group. Skips (exit 0, saying why) without a GPU or
 without a CUDA build of trickle. Run by scripts/gpu_check.sh.
+
+TRICKLE_TEST_DRY_RUN=1 runs the same tests with the "GPU" copy on the CPU as well (no
+device, no stream test): a check of this script itself where there is no GPU, which
+tests/python/run.sh makes in CI.
 """
 
 from __future__ import annotations
@@ -32,7 +36,8 @@ from harness import expect_raises, rank, world  # noqa: E402
 
 import trickle  # noqa: E402
 
-DEVICE = None  # torch.device of this rank's GPU
+DEVICE = None  # torch.device of this rank's GPU (the CPU in a dry run)
+DRY_RUN = os.environ.get("TRICKLE_TEST_DRY_RUN") == "1"
 CPU_GROUP = None  # a Gloo group for the CPU objects (and the harness)
 
 
@@ -61,8 +66,13 @@ def perturb(cpu: nn.Module, gpu: nn.Module, step: int, scale: float = 0.01) -> N
             pg.copy_(pc.to(DEVICE))
 
 
+def sync() -> None:
+    if not DRY_RUN:
+        torch.cuda.synchronize(DEVICE)
+
+
 def same_bits(cpu: nn.Module, gpu: nn.Module, what: str) -> None:
-    torch.cuda.synchronize(DEVICE)
+    sync()
     for (name, pc), pg in zip(cpu.named_parameters(), gpu.parameters()):
         a = pc.detach().contiguous().view(torch.int16 if pc.element_size() == 2 else torch.int32)
         b = pg.detach().cpu().contiguous().view(a.dtype)
@@ -84,7 +94,7 @@ def run_pair(make, what: str, dtype=torch.float32, steps: int = 9):
     cpu, gpu = twins(dtype)
     a = make(cpu, CPU_GROUP)
     b = make(gpu, None)
-    assert b._impl.on_cuda and not a._impl.on_cuda
+    assert b._impl.on_cuda is not DRY_RUN and not a._impl.on_cuda
     for t in range(steps):
         perturb(cpu, gpu, t)
         a.step()
@@ -99,6 +109,9 @@ def run_pair(make, what: str, dtype=torch.float32, steps: int = 9):
 
 def test_build_reports_cuda():
     info = trickle.build_info()
+    if DRY_RUN:
+        harness.log(f"  dry run on the CPU: build cuda={info['cuda']}")
+        return
     assert info["cuda"] is True and info["cuda_version"] and info["cuda_archs"], info
     harness.log(f"  build: CUDA {info['cuda_version']}, archs {info['cuda_archs']}; torch {info['torch']} "
                 f"(CUDA {torch.version.cuda}); GPU {torch.cuda.get_device_name(DEVICE)}")
@@ -150,7 +163,9 @@ def change(model: nn.Module, step: int) -> None:
 
 
 def test_state_dict_round_trip():
-    make = lambda m: trickle.DiLoCo(m, interval=3, outer="nesterov", seed=9)  # noqa: E731
+    # The resumed object must not broadcast rank 0's parameters at construction: each rank
+    # resumes its own replica, which differ between outer steps.
+    make = lambda m, b=True: trickle.DiLoCo(m, interval=3, outer="nesterov", seed=9, broadcast_initial=b)  # noqa: E731
     gpu = make_model().to(DEVICE)
     d = make(gpu)
     for t in range(4):
@@ -165,12 +180,12 @@ def test_state_dict_round_trip():
     saved = torch.load(buf, map_location=DEVICE)
     resumed = make_model().to(DEVICE)
     resumed.load_state_dict(saved["model"])
-    r = make(resumed)
+    r = make(resumed, False)
     r.load_state_dict(saved["trickle"])
     for t in range(4, 10):
         change(resumed, t)
         r.step()
-    torch.cuda.synchronize(DEVICE)
+    sync()
     for (name, a), b in zip(gpu.named_parameters(), resumed.parameters()):
         assert torch.equal(a.detach().view(torch.int32), b.detach().view(torch.int32)), \
             f"state_dict round trip: {name} differs after the resumed outer steps"
@@ -183,11 +198,14 @@ def test_mismatched_model_raises_on_every_rank():
         expect_raises(trickle.MismatchError, lambda: trickle.SPARTA(m, fraction=0.1), "disagree")
         expect_raises(trickle.MismatchError, lambda: trickle.DiLoCo(m, interval=5), "disagree")
     # A model split over CPU and CUDA is refused, naming the CPU parameter.
-    mixed = nn.Sequential(nn.Linear(3, 3).to(DEVICE), nn.Linear(3, 2))
-    expect_raises(ValueError, lambda: trickle.SPARTA(mixed), "is on cpu", "one trickle object per device")
+    if not DRY_RUN:
+        mixed = nn.Sequential(nn.Linear(3, 3).to(DEVICE), nn.Linear(3, 2))
+        expect_raises(ValueError, lambda: trickle.SPARTA(mixed), "is on cpu", "one trickle object per device")
 
 
 def test_follows_the_current_stream():
+    if DRY_RUN:
+        return
     cpu, gpu = twins()
     a = trickle.SPARTA(cpu, fraction=0.3, seed=1, group=CPU_GROUP)
     b = trickle.SPARTA(gpu, fraction=0.3, seed=1)
@@ -213,7 +231,7 @@ def test_collectives_per_exchange():
     for _ in range(10):
         s.step()
     per_step = (s.collectives - before) / 10
-    harness.log(f"  collectives per SPARTA step over CUDA ({'staged' if s._impl.stages_through_host else 'NCCL'}):"
+    harness.log(f"  collectives per SPARTA step ({'CPU, dry run' if DRY_RUN else 'staged' if s._impl.stages_through_host else 'NCCL'}):"
                 f" {per_step:g}")
     assert per_step == 1, per_step
 
@@ -235,10 +253,10 @@ TESTS = [
 
 def main() -> int:
     global DEVICE, CPU_GROUP
-    if not trickle.build_info()["cuda"]:
+    if not DRY_RUN and not trickle.build_info()["cuda"]:
         print("test_cuda: skipped: this build of trickle has no CUDA (trickle.build_info()['cuda'] is False)")
         return 0
-    if not torch.cuda.is_available():
+    if not DRY_RUN and not torch.cuda.is_available():
         print("test_cuda: skipped: no GPU (torch.cuda.is_available() is False)")
         return 0
     if "RANK" not in os.environ:
@@ -246,12 +264,16 @@ def main() -> int:
         return 2
     backend = os.environ.get("TRICKLE_TEST_BACKEND", "gloo")
     local = int(os.environ.get("LOCAL_RANK", "0"))
-    DEVICE = torch.device("cuda", local % torch.cuda.device_count())
-    torch.cuda.set_device(DEVICE)
+    if DRY_RUN:
+        DEVICE = torch.device("cpu")
+    else:
+        DEVICE = torch.device("cuda", local % torch.cuda.device_count())
+        torch.cuda.set_device(DEVICE)
     torch.set_num_threads(1)
     dist.init_process_group(backend, timeout=datetime.timedelta(seconds=120))
     CPU_GROUP = dist.new_group(backend="gloo") if backend != "gloo" else None
-    harness.log(f"trickle {trickle.__version__}, torch {torch.__version__}, backend {backend}, {world()} rank(s)")
+    harness.log(f"trickle {trickle.__version__}, torch {torch.__version__}, backend {backend}, {world()} rank(s)"
+                + (", dry run on the CPU" if DRY_RUN else ""))
     status = harness.run(TESTS, f"test_cuda ({backend})")
     dist.destroy_process_group()
     return status
