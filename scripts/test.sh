@@ -36,7 +36,7 @@ MAX_JOBS=$jobs bash tests/python/run.sh
 phase "python (Debian torch)"
 
 if [ -z "${TRICKLE_NO_PYPI:-}" ]; then
-    echo "== python (PyPI torch): the package against a current PyPI torch, its tests; comm::process_group_cuda against its CUDA headers"
+    echo "== python (PyPI torch): the package against a current PyPI torch, its tests; the CUDA build of the package, comm::process_group_cuda against its CUDA headers"
     MAX_JOBS=$jobs bash scripts/pypi_torch.sh
     phase "python (PyPI torch)"
 else
