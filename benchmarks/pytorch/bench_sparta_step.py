@@ -33,7 +33,6 @@ import time
 import torch
 import torch.distributed as dist
 
-import trickle
 
 
 def masked_sparta_step(params, fraction, world, gen):
@@ -77,6 +76,8 @@ def timed(fn, iters):
 
 
 def main():
+    import trickle  # here, so that gloo_exit_abort.py can use this file's baselines without trickle
+
     ap = argparse.ArgumentParser()
     ap.add_argument("--hidden", type=int, default=2048)
     ap.add_argument("--layers", type=int, default=3)

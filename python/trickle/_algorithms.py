@@ -15,8 +15,10 @@ ValueError); the other ranks raise a ValueError naming that rank.
 
 from __future__ import annotations
 
+import atexit
 import inspect
 import numbers
+import weakref
 from collections.abc import Mapping
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -476,6 +478,22 @@ def _as_bytes(blob) -> Optional[bytes]:
 # The algorithms.
 
 
+# Every live trickle object, so that their C++ sides (which hold the process group and its
+# backend's threads) are released by an atexit handler while the interpreter is still whole,
+# not during interpreter finalization, where dropping the last reference to a Gloo group
+# after torch's own teardown is a known way for torch to abort (pytorch/pytorch#190489).
+# The handler changes nothing for a program that dropped its objects itself. (torch 2.15's
+# Gloo also aborts at exit now and then without trickle: benchmarks/pytorch/gloo_exit_abort.py.)
+_LIVE: "weakref.WeakSet[_Algorithm]" = weakref.WeakSet()
+
+
+@atexit.register
+def _release_at_exit() -> None:
+    for algo in list(_LIVE):
+        algo.__dict__.pop("_impl", None)
+    _LIVE.clear()
+
+
 class _Algorithm:
     _kind = "?"
     _factory = None
@@ -513,6 +531,7 @@ class _Algorithm:
         self._group = group  # keeps the Python process group alive as long as this object
         self._options = opts
         self._impl = type(self)._factory(group, params, opts)
+        _LIVE.add(self)
 
     def _build_elastic(self, model, options: Dict[str, Any]):
         # Over trickle.Elastic there is no group to agree through before construction: each
@@ -540,6 +559,7 @@ class _Algorithm:
         self._options = opts
         self._impl = _C.diloco_elastic(el.store, el.id, el.initial, int(round(el.timeout * 1000)),
                                        int(round(el.liveness * 1000)), el.job, params, opts)
+        _LIVE.add(self)
 
     # -- collective operations --
 

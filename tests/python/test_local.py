@@ -857,6 +857,34 @@ def test_build_info():
                   "build_info()['cuda'] is False", "--force-reinstall")
 
 
+def test_objects_left_alive_at_exit():
+    # A program that keeps its trickle objects and never destroys its group: the atexit
+    # handler releases their C++ sides while the interpreter is whole, and the process
+    # exits cleanly. (A child process: this one's objects must stay.)
+    import subprocess
+    import tempfile
+
+    code = (
+        "import os, sys, torch, torch.distributed as dist, trickle, trickle._algorithms as a\n"
+        "dist.init_process_group('gloo', init_method='file://' + sys.argv[1], rank=0, world_size=1)\n"
+        "m = torch.nn.Linear(8, 8)\n"
+        "s = trickle.SPARTA(m, fraction=0.5)\n"
+        "d = trickle.DiLoCo(m, interval=2)\n"
+        "for _ in range(3): s.step(); d.step()\n"
+        "assert len(a._LIVE) == 2, len(a._LIVE)\n"
+        "a._release_at_exit()\n"
+        "assert len(a._LIVE) == 0 and not hasattr(s, '_impl')\n"
+        "s2 = trickle.SPARTA(m, fraction=0.5)\n"
+        "s2.step()\n"
+        "print('left alive')\n"
+    )
+    with tempfile.TemporaryDirectory() as d:
+        r = subprocess.run([sys.executable, "-c", code, os.path.join(d, "store")], capture_output=True, text=True,
+                           timeout=120)
+    assert r.returncode == 0 and "left alive" in r.stdout, (r.returncode, r.stdout, r.stderr[-2000:])
+    assert "terminate called" not in r.stderr, r.stderr[-2000:]
+
+
 TESTS = [
     test_names_and_signatures,
     test_sparta_steps_and_stats,
@@ -878,6 +906,7 @@ TESTS = [
     test_aggregate_bad_values,
     test_non_finite_worker_is_excluded,
     test_build_info,
+    test_objects_left_alive_at_exit,
 ]
 
 
