@@ -432,6 +432,8 @@ inline trickle::diloco_options diloco_opts(const py::dict& d) {
     o.fragment_tensors = get<std::vector<std::uint32_t>>(d, "fragment_tensors");
     o.overlap_steps = get<std::uint64_t>(d, "overlap_steps");
     o.mix = get<double>(d, "mix");
+    // CUDA parameters: snapshot and outer state in pinned host memory (refused for CPU ones).
+    o.state_in_pinned_host = get<bool>(d, "state_in_pinned_host");
     // How the outer step combines the contributions (docs/robustness.md): the rule's text,
     // read by the library's parser (the Python layer checked it through trickle._C.
     // parse_aggregate before the ranks agreed). Whether it suits the topology, the outer

@@ -329,6 +329,7 @@ class DiLoCo(_Algorithm):
       fragment_tensors=None: Streaming DiLoCo: tensors per fragment, in order (None: F fragments balanced by size)
       overlap_steps=0: Streaming DiLoCo: tau in [0, interval), the inner steps before a fragment's average is applied
       mix=0.0: Streaming DiLoCo: alpha in [0, 1], a late average merged as alpha x local + (1 - alpha) x global
+      state_in_pinned_host=False: CUDA parameters: keep the snapshot and the outer optimizer's state in pinned host memory instead of on the GPU (large models)
       aggregate='mean': how the outer step combines the contributions: mean | trimmed:K | median | clip:TAU (robust rules need topology='all_reduce', outer_codec='fp32', no streaming; a non-finite worker is excluded under any)
       elastic=None: a trickle.Elastic instead of group: workers are processes that may die and join
       min_workers=1: with elastic: the quorum below which outer steps are skipped
@@ -374,6 +375,7 @@ class DiLoCo(_Algorithm):
         fragment_tensors: Optional[Sequence[int]] = None,
         overlap_steps: int = 0,
         mix: float = 0.0,
+        state_in_pinned_host: bool = False,
         aggregate: str = 'mean',
         elastic: Optional[Elastic] = None,
         min_workers: int = 1,
@@ -438,6 +440,7 @@ class SPARTADiLoCo(_Algorithm):
       fragment_tensors=None: Streaming DiLoCo: tensors per fragment, in order (None: F fragments balanced by size)
       overlap_steps=0: Streaming DiLoCo: tau in [0, interval), the inner steps before a fragment's average is applied
       mix=0.0: Streaming DiLoCo: alpha in [0, 1], a late average merged as alpha x local + (1 - alpha) x global
+      state_in_pinned_host=False: CUDA parameters: keep the snapshot and the outer optimizer's state in pinned host memory instead of on the GPU (large models)
       aggregate='mean': how the outer step combines the contributions: mean | trimmed:K | median | clip:TAU (robust rules need topology='all_reduce', outer_codec='fp32', no streaming; a non-finite worker is excluded under any)
       seed=0: shared seed of the random choices (the same on every worker)
       topology='all_reduce': how values are combined: all_reduce | ring | gossip | exponential | islands
@@ -494,6 +497,7 @@ class SPARTADiLoCo(_Algorithm):
         fragment_tensors: Optional[Sequence[int]] = None,
         overlap_steps: int = 0,
         mix: float = 0.0,
+        state_in_pinned_host: bool = False,
         aggregate: str = 'mean',
         seed: int = 0,
         topology: TopologyName = 'all_reduce',

@@ -125,6 +125,8 @@ _DILOCO = {
     "fragment_tensors": None,
     "overlap_steps": 0,
     "mix": 0.0,
+    # CUDA parameters: the snapshot and the outer optimizer's state in pinned host memory.
+    "state_in_pinned_host": False,
     # How the outer step combines the workers' contributions (diloco_options::aggregate;
     # docs/robustness.md): the text aggregate::parse reads.
     "aggregate": "mean",
@@ -185,6 +187,8 @@ _OPTION_DOCS = {
     "fragment_tensors": "Streaming DiLoCo: tensors per fragment, in order (None: F fragments balanced by size)",
     "overlap_steps": "Streaming DiLoCo: tau in [0, interval), the inner steps before a fragment's average is applied",
     "mix": "Streaming DiLoCo: alpha in [0, 1], a late average merged as alpha x local + (1 - alpha) x global",
+    "state_in_pinned_host": "CUDA parameters: keep the snapshot and the outer optimizer's state in pinned host "
+    "memory instead of on the GPU (large models)",
     "aggregate": "how the outer step combines the contributions: mean | trimmed:K | median | clip:TAU (robust "
     "rules need topology='all_reduce', outer_codec='fp32', no streaming; a non-finite worker is excluded under any)",
     "elastic": "a trickle.Elastic instead of group: workers are processes that may die and join",
@@ -352,6 +356,7 @@ def _parse_options(kind: str, given: Dict[str, Any]) -> Dict[str, Any]:
             out["fragment_tensors"] = [_int(kind, "fragment_tensors[]", k, hi=(1 << 32) - 1) for k in ft]
         out["overlap_steps"] = _int(kind, "overlap_steps", o["overlap_steps"])
         out["mix"] = _real(kind, "mix", o["mix"])
+        out["state_in_pinned_host"] = _bool(kind, "state_in_pinned_host", o["state_in_pinned_host"])
         agg = o["aggregate"]
         if not isinstance(agg, str):
             raise TypeError(f"trickle.{kind}: aggregate must be a str (mean, trimmed:K, median or clip:TAU), "

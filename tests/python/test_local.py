@@ -617,6 +617,19 @@ def test_native_codec():
     expect_raises(ValueError, lambda: trickle.SPARTA(make_model(), codec="natve"), "unknown codec 'natve'", "native")
 
 
+def test_state_in_pinned_host_is_for_cuda_parameters():
+    # The option reaches the library, which takes it for CUDA parameters only: on CPU ones it
+    # is refused with the library's message, and a bool is required.
+    m = make_model()
+    expect_raises(ValueError, lambda: trickle.DiLoCo(m, interval=3, state_in_pinned_host=True), "state_in_pinned_host",
+                  "cuda_space")
+    expect_raises(ValueError, lambda: trickle.SPARTADiLoCo(m, interval=3, state_in_pinned_host=True),
+                  "state_in_pinned_host")
+    expect_raises(TypeError, lambda: trickle.DiLoCo(m, state_in_pinned_host="yes"), "state_in_pinned_host")
+    d = trickle.DiLoCo(m, interval=3, state_in_pinned_host=False)
+    assert d.options["state_in_pinned_host"] is False
+
+
 def test_streaming_diloco():
     # Four tensors (48, 8, 24, 3 values); fragments of two tensors each. With H = 4 and
     # F = 2, fragment f takes its outer step after inner steps t with (t + 1) = f H / F + k H:
@@ -907,6 +920,7 @@ TESTS = [
     test_non_finite_worker_is_excluded,
     test_build_info,
     test_objects_left_alive_at_exit,
+    test_state_in_pinned_host_is_for_cuda_parameters,
 ]
 
 
