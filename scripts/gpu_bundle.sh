@@ -35,7 +35,7 @@ if [[ -n "$site" && -f "$site/trickle/__init__.py" ]] && ls "$site"/trickle/_C*.
     mkdir -p "$dst/python"
     cp -r "$site/trickle" "$dst/python/"
     rm -rf "$dst/python/trickle/__pycache__"
-    strip --strip-debug "$dst"/python/trickle/_C*.so 2> /dev/null || true
+    strip --strip-unneeded "$dst"/python/trickle/_C*.so 2> /dev/null || true # 33 MB -> 27 MB
     echo "gpu_bundle: the Python package from $site (CUDA build: see trickle.build_info() there)"
 fi
 du -sh "$dst"
