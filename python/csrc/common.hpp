@@ -394,11 +394,13 @@ decltype(auto) with_outer(const outer_values& v, F&& f) {
             o.beta2 = v.beta2;
         }
         if constexpr (has_eps<O>) o.eps = v.eps;
+        // The type handed on is outer_of<O> either way: the one cuda_engines.hpp instantiates.
         if constexpr (trickle::outer::has_learning_rate<O>) {
-            scheduled_outer<O> s{.optimizer = o};
-            if (v.lr_schedule) s.schedule = typename scheduled_outer<O>::scheduled{.optimizer = o, .schedule = *v.lr_schedule};
+            outer_of<O> s{.optimizer = o};
+            if (v.lr_schedule) s.schedule = typename outer_of<O>::scheduled{.optimizer = o, .schedule = *v.lr_schedule};
             return f(s);
         } else {
+            static_assert(std::is_same_v<outer_of<O>, O>);
             if (v.lr_schedule)
                 throw trickle::invalid_argument(trickle::detail::concat(
                     "outer::", O::name, " has no learning rate to schedule (outer_lr_schedule)"));

@@ -93,12 +93,7 @@ void agree_python(process_group_ptr pg, const std::string& kind, const std::stri
     trickle::config_record rec("python." + kind);
     if (!error.empty()) rec.set_error(error);
 #if TRICKLE_PY_CUDA
-    std::string backend;
-    try {
-        backend = pg->getBackendName();
-    } catch (...) {
-    }
-    if (backend == "nccl") {
+    if (trickle::comm::process_group_cuda::takes_device_tensors(pg)) {
         trickle::comm::process_group_cuda comm(std::move(pg));
         py::gil_scoped_release release;
         trickle::agree(comm, rec);

@@ -36,7 +36,6 @@ namespace trickle_py {
 using sparsifier_registry =
     trickle::type_list<trickle::codec::chunk_topk<trickle::codec::any>, trickle::codec::random_k<trickle::codec::any>>;
 
-
 // DiLoCo's outer gradient through a sparsifier (codec/sparse.hpp), chosen at run time: the
 // sparsifier holds its values' codec as a codec::any, or, for plain fp32 values, is
 // exactly C++'s default codec::chunk_topk<> / codec::random_k<>. One engine instantiation

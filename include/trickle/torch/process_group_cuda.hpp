@@ -78,12 +78,17 @@ public:
         device_ = device;
         require(!fixed_ || fixed_->device_index() == device_, "comm::process_group_cuda: the stream belongs to device ",
                 fixed_ ? static_cast<int>(fixed_->device_index()) : -1, ", the parameters to device ", device_);
-        std::string name;
+        on_device_ = takes_device_tensors(host_.group());
+    }
+
+    // Whether `group`'s collectives take CUDA tensors (its backend is NCCL): the test the
+    // constructor makes, for a caller that must choose before building one.
+    static bool takes_device_tensors(const c10::intrusive_ptr<c10d::ProcessGroup>& group) {
         try {
-            name = host_.group()->getBackendName();
+            return group->getBackendName() == "nccl";
         } catch (...) {
+            return false;
         }
-        on_device_ = name == "nccl";
     }
 
     process_group_cuda(const process_group_cuda&) = delete;
