@@ -115,6 +115,12 @@ struct sign2_block {
     using format = sign2_midrise;
     std::size_t block_size = 64;
 
+    // Calls fn(format{}) (as int_block's visit does with the format its fields choose).
+    template <class Fn>
+    TRICKLE_HOST_DEVICE decltype(auto) visit(Fn&& fn) const {
+        return fn(format{});
+    }
+
     TRICKLE_HOST_DEVICE std::size_t block_values() const { return block_size; }
     TRICKLE_HOST_DEVICE std::size_t block_bytes(std::size_t m) const { return format::record_bytes(m); }
     TRICKLE_HOST_DEVICE std::size_t wire_bytes(std::size_t n) const { return format::encoded_bytes(n, block_size); }

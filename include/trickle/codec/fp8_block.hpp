@@ -53,21 +53,33 @@ struct fp8_block {
         return p;
     }
 
+    TRICKLE_HOST_DEVICE float fmax() const { return e5m2 ? 57344.0f : 448.0f; }
+    // The scale of a block whose largest finite magnitude has the bits amax_bits.
+    TRICKLE_HOST_DEVICE block_params params_of(std::int32_t amax_bits) const {
+        block_params p;
+        detail::set_scale(p, detail::div_rn(trickle::detail::bits_float(static_cast<std::uint32_t>(amax_bits)), fmax()),
+                          fmax());
+        return p;
+    }
+    // The code of x in a block of parameters p, and the value a code decodes to.
+    TRICKLE_HOST_DEVICE std::uint8_t code_of(const block_params& p, float x) const {
+        const float t = p.scale == 0.0f ? x * 0.0f : p.divide ? detail::div_rn(x, p.scale) : detail::mul_rn(x, p.inv);
+        return e5m2 ? encode_e5m2(t) : encode_e4m3(t);
+    }
+    TRICKLE_HOST_DEVICE float value_of(std::uint8_t code, float scale) const {
+        return detail::mul_rn(e5m2 ? decode_e5m2(code) : decode_e4m3(code), scale);
+    }
+
     TRICKLE_HOST_DEVICE void encode_block(const float* in, std::size_t m, std::byte* out) const {
         std::int32_t top = 0;
         for (std::size_t i = 0; i < m; ++i) {
             const std::int32_t a = detail::finite_abs_bits(in[i]);
             top = a > top ? a : top;
         }
-        const float fmax = e5m2 ? 57344.0f : 448.0f;
-        block_params p;
-        detail::set_scale(p, detail::div_rn(trickle::detail::bits_float(static_cast<std::uint32_t>(top)), fmax), fmax);
+        const block_params p = params_of(top);
         std::memcpy(out, &p.scale, 4);
         auto* codes = reinterpret_cast<std::uint8_t*>(out + 4);
-        for (std::size_t i = 0; i < m; ++i) {
-            const float t = p.scale == 0.0f ? in[i] * 0.0f : p.divide ? detail::div_rn(in[i], p.scale) : detail::mul_rn(in[i], p.inv);
-            codes[i] = e5m2 ? encode_e5m2(t) : encode_e4m3(t);
-        }
+        for (std::size_t i = 0; i < m; ++i) codes[i] = code_of(p, in[i]);
         for (std::size_t i = m; i < (m + 3) / 4 * 4; ++i) codes[i] = 0;
     }
 
@@ -75,7 +87,7 @@ struct fp8_block {
         float scale;
         std::memcpy(&scale, in, 4);
         const auto* codes = reinterpret_cast<const std::uint8_t*>(in + 4);
-        for (std::size_t i = 0; i < m; ++i) out[i] = detail::mul_rn(e5m2 ? decode_e5m2(codes[i]) : decode_e4m3(codes[i]), scale);
+        for (std::size_t i = 0; i < m; ++i) out[i] = value_of(codes[i], scale);
     }
 
     TRICKLE_HOST_DEVICE void encode(const float* in, std::size_t n, std::byte* out) const {

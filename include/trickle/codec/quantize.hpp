@@ -191,11 +191,24 @@ TRICKLE_HOST_DEVICE float minmax_step(float lo, float hi, float z, float levels)
 
 } // namespace detail
 
-// The parameters of the block of m values at in (symmetric and midrise: from max|x|;
-// min-max: from min(x, 0) and max(x, 0); non-finite values ignored).
+// What a block's scale depends on: the largest bits of the finite magnitudes of its positive
+// values (pos) and of its negative ones (neg), as integers (the bits of a non-negative float
+// order like the float). Symmetric and midrise blocks keep max|x| in pos and 0 in neg. An
+// extent of the whole block is the combine of the extents of any split of its values, in
+// any order (integer maxima): what lets a group of lanes each take part of a block and
+// reduce, with the same bits as one pass over it (kernels/codec_pass.hpp).
+struct block_extent {
+    std::int32_t pos = 0;
+    std::int32_t neg = 0;
+};
+
+TRICKLE_HOST_DEVICE block_extent combine(const block_extent& a, const block_extent& b) {
+    return {a.pos > b.pos ? a.pos : b.pos, a.neg > b.neg ? a.neg : b.neg};
+}
+
+// The extent of the m values at in (non-finite values ignored).
 template <class Format>
-TRICKLE_HOST_DEVICE block_params make_block_params(const float* in, std::size_t m) {
-    block_params p;
+TRICKLE_HOST_DEVICE block_extent extent_of(const float* in, std::size_t m) {
     if constexpr (Format::kind == scheme::minmax) {
         // max(x, 0) and -min(x, 0) over the finite values, as integer maxima of the bits of
         // the magnitudes of the positive and of the negative values (integer reductions
@@ -210,6 +223,25 @@ TRICKLE_HOST_DEVICE block_params make_block_params(const float* in, std::size_t 
             hi_bits = pos > hi_bits ? pos : hi_bits;
             lo_bits = neg > lo_bits ? neg : lo_bits;
         }
+        return {hi_bits, lo_bits};
+    } else {
+        // max|x| over the finite values, compared as integers (|x|'s bits order like |x|).
+        std::int32_t amax_bits = 0;
+        for (std::size_t i = 0; i < m; ++i) {
+            const std::int32_t a = detail::finite_abs_bits(in[i]);
+            amax_bits = a > amax_bits ? a : amax_bits;
+        }
+        return {amax_bits, 0};
+    }
+}
+
+// The parameters of a block of extent e (symmetric and midrise: from max|x|; min-max: from
+// min(x, 0) and max(x, 0)).
+template <class Format>
+TRICKLE_HOST_DEVICE block_params params_of(const block_extent& e) {
+    block_params p;
+    if constexpr (Format::kind == scheme::minmax) {
+        const std::int32_t hi_bits = e.pos, lo_bits = e.neg;
         const float hi = trickle::detail::bits_float(static_cast<std::uint32_t>(hi_bits));
         const float lo = -trickle::detail::bits_float(static_cast<std::uint32_t>(lo_bits)); // -0 when none
         constexpr float levels = Format::qmax; // L
@@ -248,13 +280,7 @@ TRICKLE_HOST_DEVICE block_params make_block_params(const float* in, std::size_t 
         p.t_lo = -z;
         p.t_hi = t_hi - z;
     } else {
-        // max|x| over the finite values, compared as integers (|x|'s bits order like |x|).
-        std::int32_t amax_bits = 0;
-        for (std::size_t i = 0; i < m; ++i) {
-            const std::int32_t a = detail::finite_abs_bits(in[i]);
-            amax_bits = a > amax_bits ? a : amax_bits;
-        }
-        const float amax = trickle::detail::bits_float(static_cast<std::uint32_t>(amax_bits));
+        const float amax = trickle::detail::bits_float(static_cast<std::uint32_t>(e.pos));
         float scale = detail::div_rn(amax, Format::qmax);
         // A subnormal quotient may round down by up to half of itself (and underflow to 0
         // for the smallest blocks): one step up makes qmax * s cover max|x|.
@@ -268,6 +294,12 @@ TRICKLE_HOST_DEVICE block_params make_block_params(const float* in, std::size_t 
     p.key_lo = detail::order_key(p.t_lo);
     p.key_hi = detail::order_key(p.t_hi);
     return p;
+}
+
+// The parameters of the block of m values at in.
+template <class Format>
+TRICKLE_HOST_DEVICE block_params make_block_params(const float* in, std::size_t m) {
+    return params_of<Format>(extent_of<Format>(in, m));
 }
 
 namespace detail {
@@ -472,6 +504,95 @@ template <class Format>
 TRICKLE_HOST_DEVICE void decode_blocks(const std::byte* in, std::size_t n, std::size_t B, float* out) {
     if (B == 0) return;
     for (std::size_t i = 0; i < n; i += B) in += decode_block<Format>(in, n - i < B ? n - i : B, out + i);
+}
+
+// A block coded by several lanes at once (kernels/codec_pass.hpp): the block's extent is
+// reduced over the lanes, every lane derives the same block_params from it (params_of),
+// one lane writes the header (store_header) and each codes its own quads, runs of
+// quad_values values starting at a multiple of quad_values in the block, whose codes are
+// whole bytes of the record (encode_quad, decode_quad). The bytes are encode_block's.
+inline constexpr std::size_t quad_values = 4;
+
+template <class Format>
+TRICKLE_HOST_DEVICE void store_header(const block_params& p, std::byte* record) {
+    detail::store_f32(record, p.scale);
+    if constexpr (Format::kind == scheme::minmax) detail::store_i32(record + 4, static_cast<std::int32_t>(p.zero));
+}
+
+namespace detail {
+
+// The codes of x[0, count) under p (count <= quad_values), as encode_block_impl computes them.
+template <class Format, bool Stochastic, class Words>
+TRICKLE_HOST_DEVICE void quad_codes(const float* x, std::size_t count, const block_params& p, const Words* words,
+                                    std::size_t first, std::uint8_t* codes) {
+    std::uint32_t w[Stochastic ? quad_values : 1] = {};
+    if constexpr (Stochastic) fill_words(*words, first, count, w);
+    if (p.scale == 0.0f) {
+        const auto zero_code = static_cast<std::uint8_t>(
+            static_cast<std::uint32_t>(round_code<Format::kind>(0.0f, p.zero)) & Format::code_mask);
+        for (std::size_t i = 0; i < count; ++i) codes[i] = zero_code;
+    } else if (p.divide) {
+        quantize_chunk<Format, true, Stochastic>(x, count, p, w, codes);
+    } else {
+        quantize_chunk<Format, false, Stochastic>(x, count, p, w, codes);
+    }
+    for (std::size_t i = count; i < quad_values; ++i) codes[i] = 0;
+}
+
+// The value of a masked code (sign-extended for symmetric formats).
+template <class Format>
+TRICKLE_HOST_DEVICE std::int32_t code_value(std::uint32_t c) {
+    return Format::kind == scheme::symmetric ? sign_extend<Format::bits>(c) : static_cast<std::int32_t>(c);
+}
+
+template <class Format, bool Stochastic, class Words>
+TRICKLE_HOST_DEVICE void encode_quad_impl(const float* x, std::size_t count, const block_params& p, std::byte* record,
+                                          std::size_t j, std::size_t m, const Words* words, std::size_t first,
+                                          float* decoded) {
+    std::uint8_t codes[quad_values];
+    quad_codes<Format, Stochastic>(x, count, p, words, first, codes);
+    pack<Format>(codes, count, record + Format::header_bytes + j / Format::values_per_byte);
+    if (j + count == m) // the block's last quad: the zero padding up to the record's end
+        for (std::size_t k = Format::header_bytes + Format::code_bytes(m); k < Format::record_bytes(m); ++k)
+            record[k] = std::byte{0};
+    if (decoded != nullptr)
+        for (std::size_t i = 0; i < count; ++i) decoded[i] = dequantize(code_value<Format>(codes[i]), p.scale, p.zero);
+}
+
+} // namespace detail
+
+// Values [j, j + count) of a block of m values (j a multiple of quad_values, count <=
+// quad_values, j + count <= m), x pointing at value j, coded under p into their bytes of
+// the record; the quad that ends the block also writes the record's padding. decoded
+// (when not null) receives the values the codes decode to (what decode_quad would read).
+template <class Format>
+TRICKLE_HOST_DEVICE void encode_quad(const float* x, std::size_t count, const block_params& p, std::byte* record,
+                                     std::size_t j, std::size_t m, float* decoded = nullptr) {
+    detail::encode_quad_impl<Format, false, detail::no_words>(x, count, p, record, j, m, nullptr, 0, decoded);
+}
+
+// The same with stochastic rounding: value i of the quad takes words(first + i).
+template <class Format, word_source Words>
+TRICKLE_HOST_DEVICE void encode_quad(const float* x, std::size_t count, const block_params& p, std::byte* record,
+                                     std::size_t j, std::size_t m, const Words& words, std::size_t first,
+                                     float* decoded = nullptr) {
+    detail::encode_quad_impl<Format, true, Words>(x, count, p, record, j, m, &words, first, decoded);
+}
+
+// Values [j, j + count) of the block whose record is at `record` (j a multiple of
+// quad_values, count <= quad_values), decoded into out[0, count).
+template <class Format>
+TRICKLE_HOST_DEVICE void decode_quad(const std::byte* record, std::size_t j, std::size_t count, float* out) {
+    const float scale = detail::load_f32(record);
+    const float zero = Format::kind == scheme::minmax    ? static_cast<float>(detail::load_i32(record + 4))
+                       : Format::kind == scheme::midrise ? 1.5f
+                                                         : 0.0f;
+    const std::byte* bytes = record + Format::header_bytes + j / Format::values_per_byte;
+    for (std::size_t i = 0; i < count; ++i) {
+        const std::uint32_t b = static_cast<std::uint32_t>(bytes[i / Format::values_per_byte]);
+        const std::uint32_t c = (b >> ((i % Format::values_per_byte) * Format::bits)) & Format::code_mask;
+        out[i] = dequantize(detail::code_value<Format>(c), scale, zero);
+    }
 }
 
 } // namespace codec

@@ -25,6 +25,7 @@
 #pragma once
 
 #include <trickle/codec/codec.hpp>
+#include <trickle/codec/lanes.hpp>
 #include <trickle/comm/communicator.hpp>
 #include <trickle/config.hpp>
 #include <trickle/core/stream.hpp>
@@ -336,26 +337,45 @@ int encoded_all_reduce_blocks(const Codec& c, Comm& comm, const Exec& ex, float*
         std::byte* send = s.send.data();
         std::byte* recv = s.recv.data();
 
+        // Block-scaled codecs run each pass with a group of lanes per block (their lane
+        // coder); element codecs with an index per value. The same bytes either way.
+        constexpr bool lanes = has_lane_coder<Codec>;
+        const unsigned shift = lane_group_shift(B);
+        const auto lane_form = [&] {
+            if constexpr (lanes) return lane_coder<Codec>{{c}};
+            else return 0;
+        }();
+
         // 1. Every chunk encoded into its slot (error feedback first), the tails zeroed.
         for_each_index(ex, NS, zero_slot_tails_body<Codec>{c, at, send, 0});
         with_words(me, [&](const auto& words) {
-            for_each_index(ex, at.blocks,
-                           encode_slots_body<Codec, std::remove_cvref_t<decltype(words)>>{c,    at,   buf,  residual,
-                                                                                         beta, send, words});
+            using W = std::remove_cvref_t<decltype(words)>;
+            if constexpr (lanes)
+                for_each_lane_group(ex, at.blocks, shift,
+                                    encode_slots_lanes<lane_coder<Codec>, W>{lane_form, at, buf, residual, beta, send, words});
+            else
+                for_each_index(ex, at.blocks, encode_slots_body<Codec, W>{c, at, buf, residual, beta, send, words});
         });
         comm.all_to_all(send, recv, at.E);
 
         // 2. My chunk's sum in rank order, encoded into my outgoing slot.
         with_words(0xffff, [&](const auto& words) {
-            for_each_index(ex, at.chunk_blocks(me),
-                           sum_slots_body<Codec, std::remove_cvref_t<decltype(words)>>{
-                               c, at, me, recv, s.sum.data(), s.part.data(), send, words});
+            using W = std::remove_cvref_t<decltype(words)>;
+            if constexpr (lanes)
+                for_each_lane_group(ex, at.chunk_blocks(me), shift,
+                                    sum_slots_lanes<lane_coder<Codec>, W>{lane_form, at, me, recv, s.sum.data(), send, words});
+            else
+                for_each_index(ex, at.chunk_blocks(me),
+                               sum_slots_body<Codec, W>{c, at, me, recv, s.sum.data(), s.part.data(), send, words});
         });
         for_each_index(ex, 1, zero_slot_tails_body<Codec>{c, at, send, me});
 
         // 3. The encoded sums to everyone; every worker decodes the same bytes.
         comm.all_gather(send, recv, at.E);
-        for_each_index(ex, at.blocks, decode_slots_body<Codec>{c, at, recv, buf});
+        if constexpr (lanes)
+            for_each_lane_group(ex, at.blocks, shift, decode_slots_lanes<lane_coder<Codec>>{lane_form, at, recv, buf});
+        else
+            for_each_index(ex, at.blocks, decode_slots_body<Codec>{c, at, recv, buf});
         return N;
     }
 }

@@ -28,13 +28,20 @@
 // nearest_words (round to nearest) or a source of uniform words with operator()(i) for
 // stochastic rounding (codec::philox_words).
 //
-// One thread encodes or decodes a whole block (B values, typically 32 to 256): simple and
-// correct, but adjacent threads read addresses B values apart; a warp-cooperative agent
-// would coalesce better (see docs/compression.md, "Device path").
+// Two forms run each pass. The *_slots_body types give one index a whole block (B values,
+// typically 32 to 256): the form for element codecs (a block is one value, so adjacent
+// threads touch adjacent values) and the reference of the other. The *_slots_lanes types
+// give a block to a group of lanes (kernels/lane_group.hpp): the form for block-scaled
+// codecs, whose lane coder (codec::lane_coder, a type with the members Lanes below names)
+// splits a block into quads of 4 values, so neighbouring lanes read neighbouring values and
+// write neighbouring code bytes, and the scale comes from a reduction over the group. The
+// two forms write the same bytes and values (tests/codec/test_lanes.cpp, on the host through
+// the lane emulation).
 #pragma once
 
 #include <trickle/config.hpp>
 #include <trickle/core/split.hpp>
+#include <trickle/kernels/lane_group.hpp>
 #include <trickle/kernels/outer_rule.hpp>
 
 #include <cstddef>
@@ -173,6 +180,152 @@ struct zero_slot_tails_body {
         std::byte* slot = slots + s * at.E;
         for (std::size_t k = codec.wire_bytes(at.chunk_values(r)); k < at.E; ++k) slot[k] = std::byte{0};
     }
+};
+
+
+// ---- The lane forms: a block to a group of G lanes, lane l taking the quads l, l + G, ...
+//
+// Lanes is a lane coder: extent_type, combine, block_offset, extent(x, count), params(e),
+// store_header(p, record), encode_quad(p, x, count, j, m, record, decoded[, words, first]),
+// decode_quad(record, j, count, out) (codec/lanes.hpp).
+
+inline constexpr std::size_t lane_quad = 4; // values of a quad
+
+// Lanes a block of B values takes: enough for a quad each, a power of two, at most a warp.
+TRICKLE_HOST_DEVICE unsigned lane_group_shift(std::size_t B) {
+    unsigned s = 0;
+    while (s < 5 && (lane_quad << s) < B) ++s;
+    return s;
+}
+
+template <class Lanes, class Words>
+TRICKLE_HOST_DEVICE void encode_quad_with(const Lanes& lc, const auto& p, const float* x, std::size_t count,
+                                          std::size_t j, std::size_t m, std::byte* record, float* decoded,
+                                          const Words& words, std::size_t first) {
+    if constexpr (std::is_same_v<Words, nearest_words>) {
+        (void)words, (void)first;
+        lc.encode_quad(p, x, count, j, m, record, decoded);
+    } else {
+        lc.encode_quad(p, x, count, j, m, record, decoded, words, first);
+    }
+}
+
+// encode_slots_body's work on unit b = block b: the lanes apply error feedback to their
+// quads and reduce the block's extent, then lane 0 writes the header and each lane encodes
+// its quads and keeps their residual.
+template <class Lanes, class Words = nearest_words>
+struct encode_slots_lanes {
+    using extent_type = typename Lanes::extent_type;
+    Lanes lanes{};
+    slot_layout at{};
+    float* values = nullptr;
+    float* residual = nullptr;
+    float beta = 0.0f;
+    std::byte* slots = nullptr;
+    Words words{};
+
+    TRICKLE_HOST_DEVICE static extent_type combine(const extent_type& a, const extent_type& b) {
+        return Lanes::combine(a, b);
+    }
+    TRICKLE_HOST_DEVICE extent_type first(std::size_t b, unsigned lane, unsigned G) const {
+        const std::size_t i0 = b * at.B, m = at.block_size(b);
+        extent_type e{};
+        for (std::size_t j = lane * lane_quad; j < m; j += G * lane_quad) {
+            const std::size_t count = m - j < lane_quad ? m - j : lane_quad;
+            float* x = values + i0 + j;
+            if (residual != nullptr)
+                for (std::size_t t = 0; t < count; ++t) x[t] = feedback_value(x[t], beta, residual[i0 + j + t]);
+            e = Lanes::combine(e, lanes.extent(x, count));
+        }
+        return e;
+    }
+    TRICKLE_HOST_DEVICE void second(std::size_t b, unsigned lane, unsigned G, const extent_type& e) const {
+        const std::size_t i0 = b * at.B, m = at.block_size(b);
+        const int r = at.owner(b);
+        std::byte* record = slots + static_cast<std::size_t>(r) * at.E + lanes.block_offset(b - at.first_block(r));
+        const auto p = lanes.params(e);
+        if (lane == 0) lanes.store_header(p, record);
+        for (std::size_t j = lane * lane_quad; j < m; j += G * lane_quad) {
+            const std::size_t count = m - j < lane_quad ? m - j : lane_quad;
+            const float* x = values + i0 + j;
+            float decoded[lane_quad];
+            encode_quad_with(lanes, p, x, count, j, m, record, residual != nullptr ? decoded : nullptr, words, i0 + j);
+            if (residual != nullptr)
+                for (std::size_t t = 0; t < count; ++t) residual[i0 + j + t] = sub_rn(x[t], decoded[t]);
+        }
+    }
+};
+
+// sum_slots_body's work on unit j = block j of chunk `me`: each lane decodes its quads
+// from every worker's slot and adds them in rank order into sum (the chunk's scratch),
+// reducing the extent of the sums; then the sums are encoded into `out`.
+template <class Lanes, class Words = nearest_words>
+struct sum_slots_lanes {
+    using extent_type = typename Lanes::extent_type;
+    Lanes lanes{};
+    slot_layout at{};
+    int me = 0;
+    const std::byte* in = nullptr;
+    float* sum = nullptr;
+    std::byte* out = nullptr;
+    Words words{};
+
+    TRICKLE_HOST_DEVICE static extent_type combine(const extent_type& a, const extent_type& b) {
+        return Lanes::combine(a, b);
+    }
+    TRICKLE_HOST_DEVICE extent_type first(std::size_t jb, unsigned lane, unsigned G) const {
+        const std::size_t b = at.first_block(me) + jb;
+        const std::size_t k0 = jb * at.B, m = at.block_size(b);
+        const std::size_t offset = lanes.block_offset(jb);
+        extent_type e{};
+        for (std::size_t j = lane * lane_quad; j < m; j += G * lane_quad) {
+            const std::size_t count = m - j < lane_quad ? m - j : lane_quad;
+            float s[lane_quad], part[lane_quad];
+            lanes.decode_quad(in + offset, j, count, s);
+            for (int q = 1; q < at.ranks; ++q) {
+                lanes.decode_quad(in + static_cast<std::size_t>(q) * at.E + offset, j, count, part);
+                for (std::size_t t = 0; t < count; ++t) s[t] = add_rn(s[t], part[t]);
+            }
+            for (std::size_t t = 0; t < count; ++t) sum[k0 + j + t] = s[t];
+            e = Lanes::combine(e, lanes.extent(s, count));
+        }
+        return e;
+    }
+    TRICKLE_HOST_DEVICE void second(std::size_t jb, unsigned lane, unsigned G, const extent_type& e) const {
+        const std::size_t b = at.first_block(me) + jb;
+        const std::size_t k0 = jb * at.B, m = at.block_size(b);
+        std::byte* record = out + lanes.block_offset(jb);
+        const auto p = lanes.params(e);
+        if (lane == 0) lanes.store_header(p, record);
+        for (std::size_t j = lane * lane_quad; j < m; j += G * lane_quad) {
+            const std::size_t count = m - j < lane_quad ? m - j : lane_quad;
+            encode_quad_with(lanes, p, sum + k0 + j, count, j, m, record, nullptr, words, b * at.B + j);
+        }
+    }
+};
+
+// Nothing to reduce.
+struct no_extent {};
+
+// decode_slots_body's work on unit b = block b: each lane decodes its quads.
+template <class Lanes>
+struct decode_slots_lanes {
+    using extent_type = no_extent;
+    Lanes lanes{};
+    slot_layout at{};
+    const std::byte* in = nullptr;
+    float* values = nullptr;
+
+    TRICKLE_HOST_DEVICE static no_extent combine(const no_extent&, const no_extent&) { return {}; }
+    TRICKLE_HOST_DEVICE no_extent first(std::size_t b, unsigned lane, unsigned G) const {
+        const int r = at.owner(b);
+        const std::byte* record = in + static_cast<std::size_t>(r) * at.E + lanes.block_offset(b - at.first_block(r));
+        const std::size_t m = at.block_size(b);
+        for (std::size_t j = lane * lane_quad; j < m; j += G * lane_quad)
+            lanes.decode_quad(record, j, m - j < lane_quad ? m - j : lane_quad, values + b * at.B + j);
+        return {};
+    }
+    TRICKLE_HOST_DEVICE void second(std::size_t, unsigned, unsigned, const no_extent&) const {}
 };
 
 TRICKLE_NAMESPACE_END
