@@ -3,7 +3,7 @@
 //
 // The same case list as bench_host (cases.hpp). Everything trickle does on the device is
 // reached through the dispatch functions the engines call (kernels/exchange/dispatch.hpp:
-// device_plan, device_move; kernels/stream/dispatch.hpp: device_stream), with the same
+// device_move; kernels/stream/dispatch.hpp: device_stream), with the same
 // arguments. Every case is timed with CUDA events around a batch of calls sized to about a
 // millisecond (UseManualTime, time per call), so kernels of a few microseconds are not lost
 // in launch and event overheads. Parameter memory is counted in 32-byte sectors. Without a
@@ -14,6 +14,7 @@
 #include <trickle/algorithm/flat_params.hpp>
 #include <trickle/algorithm/sparta.hpp>
 #include <trickle/codec/codecs.hpp>
+#include <trickle/codec/reduce.hpp>
 #include <trickle/kernels/codec_pass.hpp>
 #include <trickle/comm/local_cuda.hpp>
 #include <trickle/core/dtype.hpp>
@@ -256,6 +257,19 @@ __global__ void positions_kernel(const Sel* selp, std::size_t count, std::uint64
     if (acc == ~std::uint64_t{0}) *sink = acc;
 }
 
+// What the gather computes of a run selection's positions before it moves a value: every
+// tile's plan (plan_tile, kernels/plan.hpp), from the stored selection, stored as the
+// gather stores it. The exchange has no such launch (the gather plans as it goes); this
+// one times that part of the gather alone.
+template <class T, class Sel>
+__global__ void tile_plans_kernel(trickle::flat_view<T> params, const Sel* selp, td::tile_plan* plans,
+                                  std::size_t count, std::size_t L, std::size_t tiles) {
+    const Sel sel = *selp;
+    const std::size_t stride = static_cast<std::size_t>(blockDim.x) * gridDim.x;
+    for (std::size_t t = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; t < tiles; t += stride)
+        plans[t] = td::plan_tile(params, sel, count, L, t);
+}
+
 // Tiles a selection is planned in (kernels/plan.hpp), as sparta_engine sizes its plans.
 template <class Sel>
 std::size_t tiles_of(const Sel& sel) {
@@ -327,13 +341,14 @@ exchange_data<T, Sampler>& prepare(const tb::exchange_case& c, Sampler sampler) 
             max_count = std::max(max_count, pos.size());
             max_tiles = std::max(max_tiles, tiles_of(d->sels[t]));
         }
-        // Every step planned once, as exchange_cuda plans it (the selection the host chose
-        // for that step, kept: gather and scatter cases then time the movers alone).
+        // Every step gathered once, which stores its selection (the one the host chose for
+        // that step, kept) and tile plans as exchange_cuda's gather does: a scatter case
+        // then finds what its gather left. A gather case re-plans every call, as the engine's.
         d->planned = std::make_unique<planned_steps<typename exchange_data<T, Sampler>::selection_type>>(steps, max_tiles);
-        for (std::size_t t = 0; t < steps; ++t)
-            td::device_plan(on_stream(), m.flat.view(), d->sels[t], td::keep_selection{}, d->planned->states[t]);
         d->buf = buffer<float, cuda_space>(std::max<std::size_t>(1, max_count));
         TRICKLE_CUDA_CHECK(cudaMemsetAsync(d->buf.data(), 0, d->buf.size() * sizeof(float), stream));
+        for (std::size_t t = 0; t < steps; ++t)
+            td::device_move<true>(on_stream(), m.flat.view(), d->sels[t], d->planned->states[t], d->buf.data(), 1.0f);
         d->count_dev = buffer<std::size_t, cuda_space>(d->counts.size());
         trickle::copy_elements<cuda_space, host_space>(d->count_dev.data(), d->counts.data(), d->counts.size());
         d->sink = buffer<std::uint64_t, cuda_space>(1);
@@ -373,13 +388,17 @@ void bm_exchange(benchmark::State& state, const tb::exchange_case c, Sampler sam
         case exchange_op::gather: td::device_move<true>(ex, view, sel, st, buf, 1.0f); break;
         case exchange_op::scatter: td::device_move<false>(ex, view, sel, st, buf, 1.0f); break;
         case exchange_op::fused: // exchange_cuda without the communication
-            td::device_plan(ex, view, sel, td::keep_selection{}, st);
             td::device_move<true>(ex, view, sel, st, buf, 1.0f);
             td::device_move<false>(ex, view, sel, st, buf, 1.0f);
             break;
         case exchange_op::indices: // what the device path computes of the positions
-            if (td::uses_runs(sel)) {
-                td::device_plan(ex, view, sel, td::keep_selection{}, st); // run starts and segments per tile
+            if (td::uses_runs(sel)) { // run starts and segments per tile
+                if constexpr (td::run_selection<std::remove_cvref_t<decltype(sel)>>) {
+                    const std::size_t tiles = tiles_of(sel);
+                    tile_plans_kernel<T><<<grid_for(tiles), 256, 0, stream>>>(view, st.selection, st.plans,
+                                                                               sel.count(), td::tile_length(sel), tiles);
+                    TRICKLE_CUDA_CHECK(cudaGetLastError());
+                }
             } else {
                 positions_kernel<<<grid_for(d.counts[t]), 256, 0, stream>>>(st.selection, d.counts[t], d.sink.data());
                 TRICKLE_CUDA_CHECK(cudaGetLastError());
@@ -388,7 +407,6 @@ void bm_exchange(benchmark::State& state, const tb::exchange_case c, Sampler sam
         case exchange_op::index_kernel: {
             const index_selection& isel = d.isels[t];
             const auto& ist = d.iplanned->states[t];
-            td::device_plan(ex, view, isel, td::keep_selection{}, ist);
             td::device_move<true>(ex, view, isel, ist, buf, 1.0f);
             td::device_move<false>(ex, view, isel, ist, buf, 1.0f);
             break;
@@ -748,8 +766,8 @@ void bm_timeline(benchmark::State& state, const timeline_case c, Sampler sampler
     state.counters["host_over_device"] = device > 0 ? host / device : 0.0;
     // Share of timed batches whose last step() returned while the device was still busy.
     state.counters["device_busy_at_return"] = busy * per;
-    // By design (kernels/exchange/dispatch.hpp): the plan pre-pass, one gather, one scatter.
-    state.counters["kernels_per_step_design"] = 3;
+    // By design (kernels/exchange/dispatch.hpp): one gather (which plans), one scatter.
+    state.counters["kernels_per_step_design"] = 2;
     // Counted in a captured step (all its kernel nodes, the communicator's included); -1
     // where the step could not be captured.
     state.counters["kernels_per_step_graph"] = graph.kernels;
@@ -763,15 +781,14 @@ void bm_timeline(benchmark::State& state, const timeline_case c, Sampler sampler
 }
 
 // ---------------------------------------------------------------- codecs
-// The device codec passes of the encoded all-reduce (kernels/codec_pass.hpp) over 16M
-// values laid out for 4 workers: the encode pass (fp32 values read, codes written) and the
-// decode pass (codes read, fp32 written), each alone, as a share of B_copy. Bytes moved:
-// 4 n + wire_bytes(n).
+// The device codec passes of the encoded all-reduce (codec/reduce.hpp's encode_slots_pass
+// and decode_slots_pass: a group of lanes per block for the block-scaled codecs, a thread
+// per value for the others) over 16M values laid out for 4 workers: the encode pass (fp32
+// values read, codes written) and the decode pass (codes read, fp32 written), each alone,
+// as a share of B_copy. Bytes moved: 4 n + wire_bytes(n).
 
 std::size_t codec_values() { return tb::smoke() ? (std::size_t{1} << 16) : (std::size_t{16} << 20); }
 
-using trickle::decode_slots_body;
-using trickle::encode_slots_body;
 using trickle::slot_layout;
 namespace codec = trickle::codec;
 namespace exec = trickle::exec;
@@ -798,9 +815,10 @@ void bm_codec(benchmark::State& state, C c, bool encode) {
         state,
         [&](int) {
             if (encode)
-                for_each_index(exec::cuda{stream, 0}, blocks, encode_slots_body<C>{c, at, values.data(), nullptr, 0.0f, slots.data(), {}});
+                codec::detail::encode_slots_pass(exec::cuda{stream, 0}, c, at, values.data(), nullptr, 0.0f,
+                                                 slots.data(), trickle::nearest_words{});
             else
-                for_each_index(exec::cuda{stream, 0}, blocks, decode_slots_body<C>{c, at, slots.data(), values.data()});
+                codec::detail::decode_slots_pass(exec::cuda{stream, 0}, c, at, slots.data(), values.data());
         },
         [&](long long) { total += bytes; });
     tb::report(state, {total, total}, b_copy);

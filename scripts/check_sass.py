@@ -9,7 +9,10 @@ the ptxas -v log of that compilation, and requires, for every architecture in th
     each contain at least one 128-bit global load (LDG.E.128, LDG.E.128.CONSTANT, ...)
     and one 128-bit global store (STG.E.128);
   - none of them touches local memory: "0 bytes spill stores" and "0 bytes spill loads"
-    in the ptxas log, and no LDL / STL instruction in the SASS.
+    in the ptxas log, and no LDL / STL instruction in the SASS;
+  - the encoded all-reduce's warp-cooperative passes of int8_block (encode, sum, decode:
+    lane_group_kernel) touch no local memory either (their accesses are 4-byte quads, so
+    no 128-bit access is required of them).
 
 It prints a table of registers (and stack, spills, 128-bit accesses) per kernel and
 architecture, for every kernel in the object. Exit status: 0 when everything passes, 1 on
@@ -159,7 +162,15 @@ def describe(mangled):
                     rule = "<nesterov>" if "13momentum_ruleILb1E" in mangled else "<momentum>" if "13momentum_rule" in mangled else "<rule>"
                 return "stream", "stream %s%s %s" % (piece, rule, dtype)
         return "stream", "stream ? %s" % dtype
-    for key, what in (("11plan_kernel", "plan"), ("13random_kernel", "random"), ("16increment_kernel", "increment"),
+    if "17lane_group_kernel" in mangled:
+        for key, what in (("18encode_slots_lanes", "encode"), ("15sum_slots_lanes", "sum"),
+                          ("18decode_slots_lanes", "decode")):
+            if key in mangled:
+                codec = "int8_block" if "9int_blockILj8E" in mangled else "int4_block" if "9int_blockILj4E" in mangled \
+                    else "sign2_block" if "11sign2_block" in mangled else "fp8_block" if "9fp8_block" in mangled else "?"
+                return "lanes", "lanes %s %s" % (what, codec)
+        return "lanes", "lanes ?"
+    for key, what in (("13random_kernel", "random"), ("16increment_kernel", "increment"),
                       ("21for_each_index_kernel", "for_each_index")):
         if key in mangled:
             extra = ""
@@ -171,7 +182,12 @@ def describe(mangled):
 
 # What the probe instantiates and the check therefore requires on every architecture.
 REQUIRED = ["tile gather fp32", "tile scatter fp32", "tile gather bf16", "tile scatter bf16",
-            "stream snapshot fp32", "stream restore fp32", "stream delta fp32", "stream update<nesterov> fp32"]
+            "stream snapshot fp32", "stream restore fp32", "stream delta fp32", "stream update<nesterov> fp32",
+            "lanes encode int8_block", "lanes sum int8_block", "lanes decode int8_block"]
+
+# Families whose accesses are narrower than 16 bytes by design (4-byte quads of a codec
+# block): they must spill nothing and touch no local memory, but need no 128-bit access.
+NARROW = {"lanes"}
 
 WIDE_LOAD = re.compile(r"^LDG(\.[A-Z0-9_]+)*\.128(\.[A-Z0-9_]+)*$")
 WIDE_STORE = re.compile(r"^STG(\.[A-Z0-9_]+)*\.128(\.[A-Z0-9_]+)*$")
@@ -257,9 +273,9 @@ def check(args):
                 if info["spill_stores"] or info["spill_loads"]:
                     problems.append("%d bytes spill stores, %d bytes spill loads" % (info["spill_stores"],
                                                                                    info["spill_loads"]))
-            if loads == 0:
+            if loads == 0 and family not in NARROW:
                 problems.append("no 128-bit global load (LDG.E.128*)")
-            if stores == 0:
+            if stores == 0 and family not in NARROW:
                 problems.append("no 128-bit global store (STG.E.128*)")
             if local:
                 problems.append("local memory instructions %s" % ", ".join(local))
@@ -294,8 +310,8 @@ def check(args):
             else:
                 print("  " + f)
         return 1
-    print("\ncheck_sass: passed: %d tile and stream kernels on %s use 128-bit global loads and stores and "
-          "spill nothing to local memory" % (checked, ", ".join(wanted)))
+    print("\ncheck_sass: passed: %d tile, stream and lane-group kernels on %s spill nothing to local memory, and "
+          "the tile and stream ones use 128-bit global loads and stores" % (checked, ", ".join(wanted)))
     return 0
 
 

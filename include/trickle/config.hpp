@@ -53,6 +53,14 @@
 #define TRICKLE_ON_DEVICE 0
 #endif
 
+// Before a loop of constant trip count over a small register array (a codec quad): nvcc
+// unrolls it fully, so every index is a constant and the array stays in registers.
+#if defined(__CUDACC__)
+#define TRICKLE_UNROLL _Pragma("unroll")
+#else
+#define TRICKLE_UNROLL
+#endif
+
 #if defined(__GNUC__) || defined(__clang__)
 #define TRICKLE_RESTRICT __restrict__
 #else

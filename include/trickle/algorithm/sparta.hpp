@@ -10,7 +10,7 @@
 // replica state (checkpoint, a joiner's transfer, the agreed hash, a round's rollback)
 // and, for sparta_options::overlap, the overlap stage. The gather and the scatter are
 // written once per execution space: the host's range bodies (kernels/exchange/body.hpp)
-// and the device's plan pre-pass and movers (kernels/exchange/dispatch.hpp).
+// and the device's movers (kernels/exchange/dispatch.hpp; the gather plans as it goes).
 #pragma once
 
 #include <trickle/algorithm/agreement.hpp>
@@ -150,8 +150,8 @@ public:
         count_step();
     }
 
-    // On exec::cuda the step is enqueued on the stream and never waits: a plan pre-pass, one
-    // gather, one communication call and one scatter; it allocates nothing (every buffer is
+    // On exec::cuda the step is enqueued on the stream and never waits: one gather (which
+    // plans), one communication call and one scatter; it allocates nothing (every buffer is
     // sized at construction) and runs on the parameters' device whatever device is current.
     // With a sampler that re-keys on the device (uniform, block), the constant schedule,
     // interval 1 and a topology with fixed groups (all_reduce, ring), the step is replayable:
@@ -402,7 +402,7 @@ private:
     }
 
     // The gather of the selected values into buf, and the scatter of buf * scale back: the
-    // host's range bodies; on the device the plan pre-pass and the tile movers.
+    // host's range bodies; on the device the two movers (the gather plans as it goes).
     template <class Exec>
     void gather(const Exec& ex, const selection_t& sel, float* buf) {
         const auto g = make_gather(flat_.view(), sel, buf);
@@ -415,11 +415,12 @@ private:
     }
 #if TRICKLE_CUDA_COMPILER
     void gather(const exec::cuda& ex, const selection_t& sel, float* buf) {
-        if (rekeyed_) {
-            if constexpr (rekeyable_sampler)
-                detail::device_plan(ex, flat_.view(), sel, detail::rekey_selection<Sampler>{options_.seed}, device_state_);
-        } else {
-            detail::device_plan(ex, flat_.view(), sel, detail::keep_selection{}, device_state_);
+        if constexpr (rekeyable_sampler) {
+            if (rekeyed_) {
+                detail::device_move<true>(ex, flat_.view(), sel, device_state_, buf, 1.0f,
+                                          detail::rekey_selection<Sampler>{options_.seed});
+                return;
+            }
         }
         detail::device_move<true>(ex, flat_.view(), sel, device_state_, buf, 1.0f);
     }

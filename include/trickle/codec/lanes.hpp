@@ -6,7 +6,8 @@
 // whose codes are whole bytes for every format), so neighbouring lanes read neighbouring
 // values and write neighbouring code bytes. A block is then coded in three steps:
 //
-//   extent(x, count)         each lane, over its quads, combined with combine(a, b): the
+//   extent(x, count)         the extent of one quad (count <= quad_values), each lane
+//                            combining its quads' with combine(a, b): the
 //                            scale's inputs (integer maxima, so any split and any order of
 //                            the reduction give the same bits)
 //   params(total)            every lane, from the group's reduced extent: the same
@@ -23,6 +24,7 @@
 
 #include <trickle/codec/block.hpp>
 #include <trickle/codec/codec.hpp>
+#include <trickle/codec/element.hpp>
 #include <trickle/codec/fp8_block.hpp>
 #include <trickle/codec/quantize.hpp>
 #include <trickle/config.hpp>
@@ -41,11 +43,10 @@ struct lane_coder;
 
 namespace detail {
 
-// The lane form of a codec with visit(fn), fn called with its block_format (int_block,
-// sign2_block): quantize.hpp's extent_of, params_of, store_header, encode_quad and
-// decode_quad for that format.
+// What every lane coder has: the codec, its extent (block_extent: integer maxima) and the
+// offset of block b's record.
 template <class C>
-struct visited_lane_coder {
+struct lane_coder_base {
     using extent_type = block_extent;
     C codec{};
 
@@ -53,8 +54,18 @@ struct visited_lane_coder {
         return codec::combine(a, b);
     }
     TRICKLE_HOST_DEVICE std::size_t block_offset(std::size_t b) const { return codec.block_offset(b); }
+};
+
+// The lane form of a codec with visit(fn), fn called with its block_format (int_block,
+// sign2_block): quantize.hpp's extent_of, params_of, store_header, encode_quad and
+// decode_quad for that format.
+template <class C>
+struct visited_lane_coder : lane_coder_base<C> {
+    using typename lane_coder_base<C>::extent_type;
+    using lane_coder_base<C>::codec;
+
     TRICKLE_HOST_DEVICE extent_type extent(const float* x, std::size_t count) const {
-        return codec.visit([&](auto f) { return extent_of<decltype(f)>(x, count); });
+        return codec.visit([&](auto f) { return extent_of_quad<decltype(f)>(x, count); });
     }
     TRICKLE_HOST_DEVICE block_params params(const extent_type& e) const {
         return codec.visit([&](auto f) { return params_of<decltype(f)>(e); });
@@ -89,18 +100,12 @@ struct lane_coder<sign2_block> : detail::visited_lane_coder<sign2_block> {};
 // fp8_block: the extent is max|x| over the finite values (pos); a quad's four code bytes
 // (zeros past the block's end: the record's padding) are one aligned 4-byte word.
 template <>
-struct lane_coder<fp8_block> {
-    using extent_type = block_extent;
-    fp8_block codec{};
-
-    TRICKLE_HOST_DEVICE static extent_type combine(const extent_type& a, const extent_type& b) {
-        return codec::combine(a, b);
-    }
-    TRICKLE_HOST_DEVICE std::size_t block_offset(std::size_t b) const { return codec.block_offset(b); }
+struct lane_coder<fp8_block> : detail::lane_coder_base<fp8_block> {
     TRICKLE_HOST_DEVICE extent_type extent(const float* x, std::size_t count) const {
         std::int32_t top = 0;
-        for (std::size_t i = 0; i < count; ++i) {
-            const std::int32_t a = detail::finite_abs_bits(x[i]);
+        TRICKLE_UNROLL
+        for (std::size_t i = 0; i < quad_values; ++i) {
+            const std::int32_t a = i < count ? detail::finite_abs_bits(x[i]) : 0;
             top = a > top ? a : top;
         }
         return {top, 0};
@@ -111,17 +116,27 @@ struct lane_coder<fp8_block> {
     }
     TRICKLE_HOST_DEVICE void encode_quad(const block_params& p, const float* x, std::size_t count, std::size_t j,
                                          std::size_t, std::byte* record, float* decoded) const {
-        std::uint8_t codes[quad_values] = {};
-        for (std::size_t i = 0; i < count; ++i) codes[i] = codec.code_of(p, x[i]);
-        std::memcpy(record + 4 + j, codes, quad_values); // j + 4 <= the record's padded code bytes
-        if (decoded != nullptr)
-            for (std::size_t i = 0; i < count; ++i) decoded[i] = codec.value_of(codes[i], p.scale);
+        std::uint8_t codes[quad_values];
+        std::uint32_t word = 0;
+        TRICKLE_UNROLL
+        for (std::size_t i = 0; i < quad_values; ++i) {
+            codes[i] = i < count ? codec.code_of(p, x[i]) : std::uint8_t{0};
+            word |= static_cast<std::uint32_t>(codes[i]) << (8 * i);
+        }
+        detail::store_quad_word<4>(word, record + 4 + j); // j + 4 <= the padded code bytes
+        if (decoded != nullptr) {
+            TRICKLE_UNROLL
+            for (std::size_t i = 0; i < quad_values; ++i)
+                if (i < count) decoded[i] = codec.value_of(codes[i], p.scale);
+        }
     }
     TRICKLE_HOST_DEVICE void decode_quad(const std::byte* record, std::size_t j, std::size_t count, float* out) const {
         float scale;
         std::memcpy(&scale, record, 4);
-        const auto* codes = reinterpret_cast<const std::uint8_t*>(record + 4 + j);
-        for (std::size_t i = 0; i < count; ++i) out[i] = codec.value_of(codes[i], scale);
+        const std::uint32_t word = detail::load_quad_word<4>(record + 4 + j);
+        TRICKLE_UNROLL
+        for (std::size_t i = 0; i < quad_values; ++i)
+            if (i < count) out[i] = codec.value_of(static_cast<std::uint8_t>(word >> (8 * i)), scale);
     }
 };
 

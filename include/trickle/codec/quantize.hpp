@@ -206,33 +206,47 @@ TRICKLE_HOST_DEVICE block_extent combine(const block_extent& a, const block_exte
     return {a.pos > b.pos ? a.pos : b.pos, a.neg > b.neg ? a.neg : b.neg};
 }
 
-// The extent of the m values at in (non-finite values ignored).
+// The extent of the single value x (non-finite values have none).
+template <class Format>
+TRICKLE_HOST_DEVICE block_extent extent_of_value(float x) {
+    if constexpr (Format::kind == scheme::minmax) {
+        // The bits of the magnitude of x, as pos when x is positive, as neg when negative.
+        const auto u = static_cast<std::int32_t>(trickle::detail::float_bits(x));
+        const std::int32_t a = u & 0x7fffffff;
+        const std::int32_t finite = a < 0x7f800000 ? a : 0; // NaN, +-Inf -> 0
+        const std::int32_t negative = u >> 31;               // all ones for a negative value
+        return {finite & ~negative, finite & negative};
+    } else {
+        return {detail::finite_abs_bits(x), 0};
+    }
+}
+
+// The extent of the m values at in (non-finite values ignored): max(x, 0) and -min(x, 0)
+// (min-max), max|x| (the others), as integer maxima of the bits of magnitudes (integer
+// reductions vectorize; float ones need fast-math).
 template <class Format>
 TRICKLE_HOST_DEVICE block_extent extent_of(const float* in, std::size_t m) {
-    if constexpr (Format::kind == scheme::minmax) {
-        // max(x, 0) and -min(x, 0) over the finite values, as integer maxima of the bits of
-        // the magnitudes of the positive and of the negative values (integer reductions
-        // vectorize; float ones need fast-math).
-        std::int32_t hi_bits = 0, lo_bits = 0;
-        for (std::size_t i = 0; i < m; ++i) {
-            const auto u = static_cast<std::int32_t>(trickle::detail::float_bits(in[i]));
-            const std::int32_t a = u & 0x7fffffff;
-            const std::int32_t finite = a < 0x7f800000 ? a : 0; // NaN, +-Inf -> 0
-            const std::int32_t negative = u >> 31;               // all ones for a negative value
-            const std::int32_t pos = finite & ~negative, neg = finite & negative;
-            hi_bits = pos > hi_bits ? pos : hi_bits;
-            lo_bits = neg > lo_bits ? neg : lo_bits;
-        }
-        return {hi_bits, lo_bits};
-    } else {
-        // max|x| over the finite values, compared as integers (|x|'s bits order like |x|).
-        std::int32_t amax_bits = 0;
-        for (std::size_t i = 0; i < m; ++i) {
-            const std::int32_t a = detail::finite_abs_bits(in[i]);
-            amax_bits = a > amax_bits ? a : amax_bits;
-        }
-        return {amax_bits, 0};
+    std::int32_t pos = 0, neg = 0;
+    for (std::size_t i = 0; i < m; ++i) {
+        const block_extent e = extent_of_value<Format>(in[i]);
+        pos = e.pos > pos ? e.pos : pos;
+        if constexpr (Format::kind == scheme::minmax) neg = e.neg > neg ? e.neg : neg;
     }
+    return {pos, neg};
+}
+
+// Values a lane codes at a time in a block shared by several lanes (see encode_quad below).
+inline constexpr std::size_t quad_values = 4;
+
+// The extent of in[0, count), count <= quad_values: a loop of constant trip count, so a
+// register array stays in registers.
+template <class Format>
+TRICKLE_HOST_DEVICE block_extent extent_of_quad(const float* in, std::size_t count) {
+    block_extent e{};
+    TRICKLE_UNROLL
+    for (std::size_t i = 0; i < quad_values; ++i)
+        if (i < count) e = combine(e, extent_of_value<Format>(in[i]));
+    return e;
 }
 
 // The parameters of a block of extent e (symmetric and midrise: from max|x|; min-max: from
@@ -388,16 +402,21 @@ TRICKLE_HOST_DEVICE void pack(const std::uint8_t* codes, std::size_t count, std:
     }
 }
 
+// The code of x under p (a block with a nonzero scale), w its word when stochastic.
+template <class Format, bool Divide, bool Stochastic>
+TRICKLE_HOST_DEVICE std::int32_t round_value(float x, const block_params& p, std::uint32_t w) {
+    const float t = scaled<Divide>(x, p);
+    if constexpr (Stochastic)
+        return round_stochastic(add_rn(t, p.zero), w);
+    else
+        return (void)w, round_code<Format::kind>(t, p.zero);
+}
+
 template <class Format, bool Divide, bool Stochastic>
 TRICKLE_HOST_DEVICE void quantize_chunk(const float* in, std::size_t count, const block_params& p,
                                         const std::uint32_t* words, std::uint8_t* codes) {
     for (std::size_t i = 0; i < count; ++i) {
-        const float t = scaled<Divide>(in[i], p);
-        std::int32_t q;
-        if constexpr (Stochastic)
-            q = round_stochastic(add_rn(t, p.zero), words[i]);
-        else
-            q = round_code<Format::kind>(t, p.zero);
+        const std::int32_t q = round_value<Format, Divide, Stochastic>(in[i], p, Stochastic ? words[i] : 0u);
         codes[i] = static_cast<std::uint8_t>(static_cast<std::uint32_t>(q) & Format::code_mask);
     }
 }
@@ -511,7 +530,10 @@ TRICKLE_HOST_DEVICE void decode_blocks(const std::byte* in, std::size_t n, std::
 // one lane writes the header (store_header) and each codes its own quads, runs of
 // quad_values values starting at a multiple of quad_values in the block, whose codes are
 // whole bytes of the record (encode_quad, decode_quad). The bytes are encode_block's.
-inline constexpr std::size_t quad_values = 4;
+//
+// A quad lives in registers: its loops run quad_values times with the values past
+// `count` (the block's end) masked, so nvcc indexes its arrays with constants and keeps
+// them out of local memory (scripts/check_sass.py checks the lane kernels for that).
 
 template <class Format>
 TRICKLE_HOST_DEVICE void store_header(const block_params& p, std::byte* record) {
@@ -521,22 +543,56 @@ TRICKLE_HOST_DEVICE void store_header(const block_params& p, std::byte* record) 
 
 namespace detail {
 
-// The codes of x[0, count) under p (count <= quad_values), as encode_block_impl computes them.
+// x[0, count) into registers, zeros after (count <= quad_values).
+TRICKLE_HOST_DEVICE void load_quad(const float* x, std::size_t count, float (&v)[quad_values]) {
+    TRICKLE_UNROLL
+    for (std::size_t i = 0; i < quad_values; ++i) v[i] = i < count ? x[i] : 0.0f;
+}
+
+// v[0, count) into x.
+TRICKLE_HOST_DEVICE void store_quad(const float (&v)[quad_values], std::size_t count, float* x) {
+    TRICKLE_UNROLL
+    for (std::size_t i = 0; i < quad_values; ++i)
+        if (i < count) x[i] = v[i];
+}
+
+// The codes of a quad (quantize_chunk's, unrolled).
+template <class Format, bool Divide, bool Stochastic>
+TRICKLE_HOST_DEVICE void quad_round(const float (&v)[quad_values], const block_params& p,
+                                    const std::uint32_t (&w)[quad_values], std::int32_t (&q)[quad_values]) {
+    TRICKLE_UNROLL
+    for (std::size_t i = 0; i < quad_values; ++i) q[i] = round_value<Format, Divide, Stochastic>(v[i], p, w[i]);
+}
+
+// The codes of v[0, count) under p, as encode_block_impl computes them; zero after count.
 template <class Format, bool Stochastic, class Words>
-TRICKLE_HOST_DEVICE void quad_codes(const float* x, std::size_t count, const block_params& p, const Words* words,
-                                    std::size_t first, std::uint8_t* codes) {
-    std::uint32_t w[Stochastic ? quad_values : 1] = {};
-    if constexpr (Stochastic) fill_words(*words, first, count, w);
-    if (p.scale == 0.0f) {
-        const auto zero_code = static_cast<std::uint8_t>(
-            static_cast<std::uint32_t>(round_code<Format::kind>(0.0f, p.zero)) & Format::code_mask);
-        for (std::size_t i = 0; i < count; ++i) codes[i] = zero_code;
-    } else if (p.divide) {
-        quantize_chunk<Format, true, Stochastic>(x, count, p, w, codes);
-    } else {
-        quantize_chunk<Format, false, Stochastic>(x, count, p, w, codes);
+TRICKLE_HOST_DEVICE void quad_codes(const float (&v)[quad_values], std::size_t count, const block_params& p,
+                                    const Words* words, std::size_t first, std::uint8_t (&codes)[quad_values]) {
+    std::uint32_t w[quad_values] = {};
+    if constexpr (Stochastic) {
+#if TRICKLE_ON_DEVICE
+        TRICKLE_UNROLL
+        for (std::size_t i = 0; i < quad_values; ++i)
+            if (i < count) w[i] = static_cast<std::uint32_t>((*words)(first + i));
+#else
+        fill_words(*words, first, count, w);
+#endif
     }
-    for (std::size_t i = count; i < quad_values; ++i) codes[i] = 0;
+    // One branch a quad (not a value): the division's slow path stays out of the common one.
+    std::int32_t q[quad_values];
+    if (p.scale == 0.0f) {
+        const std::int32_t zero_code = round_code<Format::kind>(0.0f, p.zero);
+        TRICKLE_UNROLL
+        for (std::size_t i = 0; i < quad_values; ++i) q[i] = zero_code;
+    } else if (p.divide) {
+        quad_round<Format, true, Stochastic>(v, p, w, q);
+    } else {
+        quad_round<Format, false, Stochastic>(v, p, w, q);
+    }
+    TRICKLE_UNROLL
+    for (std::size_t i = 0; i < quad_values; ++i)
+        codes[i] = i < count ? static_cast<std::uint8_t>(static_cast<std::uint32_t>(q[i]) & Format::code_mask)
+                             : std::uint8_t{0};
 }
 
 // The value of a masked code (sign-extended for symmetric formats).
@@ -545,18 +601,68 @@ TRICKLE_HOST_DEVICE std::int32_t code_value(std::uint32_t c) {
     return Format::kind == scheme::symmetric ? sign_extend<Format::bits>(c) : static_cast<std::int32_t>(c);
 }
 
+// Bytes of a quad's codes: 4 (int8), 2 (int4), 1 (2-bit).
+template <class Format>
+inline constexpr std::size_t quad_code_bytes = quad_values * Format::bits / 8;
+
+// A quad's codes packed low bits first: code i at bit i * bits.
+template <class Format>
+TRICKLE_HOST_DEVICE std::uint32_t quad_word(const std::uint8_t (&codes)[quad_values]) {
+    std::uint32_t word = 0;
+    TRICKLE_UNROLL
+    for (std::size_t i = 0; i < quad_values; ++i) word |= static_cast<std::uint32_t>(codes[i]) << (i * Format::bits);
+    return word;
+}
+
+// The low N bytes of a quad's code word at `at` (N = quad_code_bytes: a multiple of N
+// past a 4-byte aligned record header, so aligned to N): one store on the device.
+template <std::size_t N>
+TRICKLE_HOST_DEVICE void store_quad_word(std::uint32_t word, std::byte* at) {
+    constexpr std::size_t n = N;
+#if TRICKLE_ON_DEVICE
+    if constexpr (n == 4) *reinterpret_cast<std::uint32_t*>(at) = word;
+    else if constexpr (n == 2) *reinterpret_cast<std::uint16_t*>(at) = static_cast<std::uint16_t>(word);
+    else *reinterpret_cast<std::uint8_t*>(at) = static_cast<std::uint8_t>(word);
+#else
+    for (std::size_t k = 0; k < n; ++k) at[k] = static_cast<std::byte>((word >> (8 * k)) & 0xffu);
+#endif
+}
+
+template <std::size_t N>
+TRICKLE_HOST_DEVICE std::uint32_t load_quad_word(const std::byte* at) {
+    constexpr std::size_t n = N;
+#if TRICKLE_ON_DEVICE
+    if constexpr (n == 4) return *reinterpret_cast<const std::uint32_t*>(at);
+    else if constexpr (n == 2) return *reinterpret_cast<const std::uint16_t*>(at);
+    else return *reinterpret_cast<const std::uint8_t*>(at);
+#else
+    std::uint32_t word = 0;
+    for (std::size_t k = 0; k < n; ++k) word |= static_cast<std::uint32_t>(at[k]) << (8 * k);
+    return word;
+#endif
+}
+
 template <class Format, bool Stochastic, class Words>
 TRICKLE_HOST_DEVICE void encode_quad_impl(const float* x, std::size_t count, const block_params& p, std::byte* record,
                                           std::size_t j, std::size_t m, const Words* words, std::size_t first,
                                           float* decoded) {
+    float v[quad_values];
+    load_quad(x, count, v);
     std::uint8_t codes[quad_values];
-    quad_codes<Format, Stochastic>(x, count, p, words, first, codes);
-    pack<Format>(codes, count, record + Format::header_bytes + j / Format::values_per_byte);
-    if (j + count == m) // the block's last quad: the zero padding up to the record's end
-        for (std::size_t k = Format::header_bytes + Format::code_bytes(m); k < Format::record_bytes(m); ++k)
+    quad_codes<Format, Stochastic>(v, count, p, words, first, codes);
+    // Past the block's end the codes are 0, the record's padding: the quad's bytes stay
+    // inside the record, whose code bytes are padded to a multiple of 4.
+    store_quad_word<quad_code_bytes<Format>>(quad_word<Format>(codes), record + Format::header_bytes + j / Format::values_per_byte);
+    if (j + count == m) // the block's last quad: the rest of the padding up to the record's end
+        for (std::size_t k = Format::header_bytes + (j + quad_values) / Format::values_per_byte;
+             k < Format::record_bytes(m); ++k)
             record[k] = std::byte{0};
-    if (decoded != nullptr)
-        for (std::size_t i = 0; i < count; ++i) decoded[i] = dequantize(code_value<Format>(codes[i]), p.scale, p.zero);
+    if (decoded != nullptr) {
+        float d[quad_values];
+        TRICKLE_UNROLL
+        for (std::size_t i = 0; i < quad_values; ++i) d[i] = dequantize(code_value<Format>(codes[i]), p.scale, p.zero);
+        store_quad(d, count, decoded);
+    }
 }
 
 } // namespace detail
@@ -587,11 +693,12 @@ TRICKLE_HOST_DEVICE void decode_quad(const std::byte* record, std::size_t j, std
     const float zero = Format::kind == scheme::minmax    ? static_cast<float>(detail::load_i32(record + 4))
                        : Format::kind == scheme::midrise ? 1.5f
                                                          : 0.0f;
-    const std::byte* bytes = record + Format::header_bytes + j / Format::values_per_byte;
-    for (std::size_t i = 0; i < count; ++i) {
-        const std::uint32_t b = static_cast<std::uint32_t>(bytes[i / Format::values_per_byte]);
-        const std::uint32_t c = (b >> ((i % Format::values_per_byte) * Format::bits)) & Format::code_mask;
-        out[i] = dequantize(detail::code_value<Format>(c), scale, zero);
+    const std::uint32_t word =
+        detail::load_quad_word<detail::quad_code_bytes<Format>>(record + Format::header_bytes + j / Format::values_per_byte);
+    TRICKLE_UNROLL
+    for (std::size_t i = 0; i < quad_values; ++i) {
+        const std::uint32_t c = (word >> (i * Format::bits)) & Format::code_mask;
+        if (i < count) out[i] = dequantize(detail::code_value<Format>(c), scale, zero);
     }
 }
 

@@ -43,6 +43,10 @@
 
 TRICKLE_NAMESPACE_BEGIN
 
+// The lane passes (kernels/codec_pass.hpp) step through a block by the quads the lane
+// coders code (codec/lanes.hpp).
+static_assert(lane_quad == codec::quad_values);
+
 namespace codec {
 
 // How an encoded all-reduce rounds: to nearest (the default), or stochastically with the
@@ -297,8 +301,47 @@ struct block_reduce_scratch {
     }
 };
 
-// encoded_all_reduce as three launches of one-block-per-index bodies
-// (kernels/codec_pass.hpp) on execution space ex, with the communicator's byte collectives
+namespace detail {
+
+// The three passes of the encoded all-reduce on execution space ex (kernels/codec_pass.hpp
+// has their bodies). Block-scaled codecs run each with a group of lanes per block (their
+// lane coder, codec/lanes.hpp); element codecs with an index per block of one value. The
+// same bytes either way. bench_cuda times the encode and decode passes through these.
+template <class Codec, class Exec, class Words>
+void encode_slots_pass(const Exec& ex, const Codec& c, const slot_layout& at, float* values, float* residual,
+                       float beta, std::byte* slots, const Words& words) {
+    if constexpr (has_lane_coder<Codec>)
+        for_each_lane_group(ex, at.blocks, lane_group_shift(at.B),
+                            encode_slots_lanes<lane_coder<Codec>, Words>{lane_coder<Codec>{{c}}, at, values, residual,
+                                                                         beta, slots, words});
+    else
+        for_each_index(ex, at.blocks, encode_slots_body<Codec, Words>{c, at, values, residual, beta, slots, words});
+}
+
+// part is the thread-per-block form's scratch (chunk values); the lane form needs none.
+template <class Codec, class Exec, class Words>
+void sum_slots_pass(const Exec& ex, const Codec& c, const slot_layout& at, int me, const std::byte* in, float* sum,
+                    float* part, std::byte* out, const Words& words) {
+    if constexpr (has_lane_coder<Codec>)
+        for_each_lane_group(ex, at.chunk_blocks(me), lane_group_shift(at.B),
+                            sum_slots_lanes<lane_coder<Codec>, Words>{lane_coder<Codec>{{c}}, at, me, in, sum, out, words});
+    else
+        for_each_index(ex, at.chunk_blocks(me), sum_slots_body<Codec, Words>{c, at, me, in, sum, part, out, words});
+}
+
+template <class Codec, class Exec>
+void decode_slots_pass(const Exec& ex, const Codec& c, const slot_layout& at, const std::byte* in, float* values) {
+    if constexpr (has_lane_coder<Codec>)
+        for_each_lane_group(ex, at.blocks, lane_group_shift(at.B),
+                            decode_slots_lanes<lane_coder<Codec>>{lane_coder<Codec>{{c}}, at, in, values});
+    else
+        for_each_index(ex, at.blocks, decode_slots_body<Codec>{c, at, in, values});
+}
+
+} // namespace detail
+
+// encoded_all_reduce as three passes (detail::encode_slots_pass, sum_slots_pass,
+// decode_slots_pass) on execution space ex, with the communicator's byte collectives
 // between them: how the CUDA backend runs it, on device memory through comm::nccl or
 // comm::local_cuda, enqueued on the stream and never waiting for the device. The bytes
 // sent and the bits of buf afterwards are those of encoded_all_reduce with the same
@@ -337,45 +380,20 @@ int encoded_all_reduce_blocks(const Codec& c, Comm& comm, const Exec& ex, float*
         std::byte* send = s.send.data();
         std::byte* recv = s.recv.data();
 
-        // Block-scaled codecs run each pass with a group of lanes per block (their lane
-        // coder); element codecs with an index per value. The same bytes either way.
-        constexpr bool lanes = has_lane_coder<Codec>;
-        const unsigned shift = lane_group_shift(B);
-        const auto lane_form = [&] {
-            if constexpr (lanes) return lane_coder<Codec>{{c}};
-            else return 0;
-        }();
-
         // 1. Every chunk encoded into its slot (error feedback first), the tails zeroed.
         for_each_index(ex, NS, zero_slot_tails_body<Codec>{c, at, send, 0});
-        with_words(me, [&](const auto& words) {
-            using W = std::remove_cvref_t<decltype(words)>;
-            if constexpr (lanes)
-                for_each_lane_group(ex, at.blocks, shift,
-                                    encode_slots_lanes<lane_coder<Codec>, W>{lane_form, at, buf, residual, beta, send, words});
-            else
-                for_each_index(ex, at.blocks, encode_slots_body<Codec, W>{c, at, buf, residual, beta, send, words});
-        });
+        with_words(me, [&](const auto& words) { detail::encode_slots_pass(ex, c, at, buf, residual, beta, send, words); });
         comm.all_to_all(send, recv, at.E);
 
         // 2. My chunk's sum in rank order, encoded into my outgoing slot.
         with_words(0xffff, [&](const auto& words) {
-            using W = std::remove_cvref_t<decltype(words)>;
-            if constexpr (lanes)
-                for_each_lane_group(ex, at.chunk_blocks(me), shift,
-                                    sum_slots_lanes<lane_coder<Codec>, W>{lane_form, at, me, recv, s.sum.data(), send, words});
-            else
-                for_each_index(ex, at.chunk_blocks(me),
-                               sum_slots_body<Codec, W>{c, at, me, recv, s.sum.data(), s.part.data(), send, words});
+            detail::sum_slots_pass(ex, c, at, me, recv, s.sum.data(), s.part.data(), send, words);
         });
         for_each_index(ex, 1, zero_slot_tails_body<Codec>{c, at, send, me});
 
         // 3. The encoded sums to everyone; every worker decodes the same bytes.
         comm.all_gather(send, recv, at.E);
-        if constexpr (lanes)
-            for_each_lane_group(ex, at.blocks, shift, decode_slots_lanes<lane_coder<Codec>>{lane_form, at, recv, buf});
-        else
-            for_each_index(ex, at.blocks, decode_slots_body<Codec>{c, at, recv, buf});
+        detail::decode_slots_pass(ex, c, at, recv, buf);
         return N;
     }
 }

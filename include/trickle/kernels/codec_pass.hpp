@@ -233,8 +233,11 @@ struct encode_slots_lanes {
         for (std::size_t j = lane * lane_quad; j < m; j += G * lane_quad) {
             const std::size_t count = m - j < lane_quad ? m - j : lane_quad;
             float* x = values + i0 + j;
-            if (residual != nullptr)
-                for (std::size_t t = 0; t < count; ++t) x[t] = feedback_value(x[t], beta, residual[i0 + j + t]);
+            if (residual != nullptr) {
+                TRICKLE_UNROLL
+                for (std::size_t t = 0; t < lane_quad; ++t)
+                    if (t < count) x[t] = feedback_value(x[t], beta, residual[i0 + j + t]);
+            }
             e = Lanes::combine(e, lanes.extent(x, count));
         }
         return e;
@@ -248,10 +251,15 @@ struct encode_slots_lanes {
         for (std::size_t j = lane * lane_quad; j < m; j += G * lane_quad) {
             const std::size_t count = m - j < lane_quad ? m - j : lane_quad;
             const float* x = values + i0 + j;
+            // Always decoded (four products), so the array is never behind a null-or-not
+            // pointer, which would put it in local memory.
             float decoded[lane_quad];
-            encode_quad_with(lanes, p, x, count, j, m, record, residual != nullptr ? decoded : nullptr, words, i0 + j);
-            if (residual != nullptr)
-                for (std::size_t t = 0; t < count; ++t) residual[i0 + j + t] = sub_rn(x[t], decoded[t]);
+            encode_quad_with(lanes, p, x, count, j, m, record, decoded, words, i0 + j);
+            if (residual != nullptr) {
+                TRICKLE_UNROLL
+                for (std::size_t t = 0; t < lane_quad; ++t)
+                    if (t < count) residual[i0 + j + t] = sub_rn(x[t], decoded[t]);
+            }
         }
     }
 };
@@ -280,13 +288,16 @@ struct sum_slots_lanes {
         extent_type e{};
         for (std::size_t j = lane * lane_quad; j < m; j += G * lane_quad) {
             const std::size_t count = m - j < lane_quad ? m - j : lane_quad;
-            float s[lane_quad], part[lane_quad];
+            float s[lane_quad] = {}, part[lane_quad] = {};
             lanes.decode_quad(in + offset, j, count, s);
             for (int q = 1; q < at.ranks; ++q) {
                 lanes.decode_quad(in + static_cast<std::size_t>(q) * at.E + offset, j, count, part);
-                for (std::size_t t = 0; t < count; ++t) s[t] = add_rn(s[t], part[t]);
+                TRICKLE_UNROLL
+                for (std::size_t t = 0; t < lane_quad; ++t) s[t] = add_rn(s[t], part[t]);
             }
-            for (std::size_t t = 0; t < count; ++t) sum[k0 + j + t] = s[t];
+            TRICKLE_UNROLL
+            for (std::size_t t = 0; t < lane_quad; ++t)
+                if (t < count) sum[k0 + j + t] = s[t];
             e = Lanes::combine(e, lanes.extent(s, count));
         }
         return e;

@@ -77,8 +77,12 @@ __device__ __forceinline__ E shuffle_xor(const E& v, unsigned d, unsigned width)
     return out;
 }
 
+// At most 256 threads and at least 4 blocks per multiprocessor: a budget of 64 registers.
+// With __launch_bounds__(256) alone, ptxas kept sum_slots_lanes<int8_block> at 40 registers
+// on sm_80 and spilled 8 bytes (the thread index) to local memory; it needs 55
+// (scripts/check_sass.py prints the counts).
 template <class Body>
-__global__ void __launch_bounds__(256) lane_group_kernel(std::size_t units, unsigned shift, Body body) {
+__global__ void __launch_bounds__(256, 4) lane_group_kernel(std::size_t units, unsigned shift, Body body) {
     using E = typename Body::extent_type;
     const unsigned G = 1u << shift;
     const unsigned lane = threadIdx.x & (G - 1);

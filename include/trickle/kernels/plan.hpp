@@ -5,9 +5,10 @@
 // there (tests/kernels/test_plan.cpp):
 //   tile_plan / plan_tile       a run selection's values cut into tiles of at most L
 //                               values; for each tile, where its first run starts and in
-//                               which tensor. Computed once per step by a small pre-pass
-//                               kernel, so the movers never repeat a Feistel image or a
-//                               segment search per element;
+//                               which tensor. Computed once per step by the gather's
+//                               lane group of each tile and stored for the scatter, so
+//                               the movers never repeat a Feistel image or a segment
+//                               search per element;
 //   tile_length                 L for a selection (a block, or a fixed length for long runs);
 //   tile_segments               for a pass over the whole group (the DiLoCo passes): the
 //                               segment of each tile's first element, built once per group;

@@ -1,21 +1,22 @@
-// trickle/kernels/exchange/agent.hpp: the CUDA agents of one sparse exchange: the plan pre-pass, the
-// tile movers of run selections, the thread-per-value movers of random ones.
+// trickle/kernels/exchange/agent.hpp: the CUDA agents of one sparse exchange: the tile
+// movers of run selections, the thread-per-value movers of random ones.
 //
-//   plan_kernel    the step's selection written to device memory (re-keyed there from a
-//                  device-resident step counter by rekey_selection when the sampler allows,
-//                  so that a captured CUDA graph advances by itself), and for run selections
-//                  (block, rotating window) each tile's first run start and segment
-//                  (plan_tile, kernels/plan.hpp);
-//   tile_kernel    run selections: a group of lanes (a warp, or fewer lanes for small
-//                  blocks) per tile, 16-byte vector loads and stores with an alignment peel
-//                  (kernels/device_access.hpp);
+//   tile_kernel    run selections (block, rotating window): a group of lanes (a warp, or
+//                  fewer lanes for small blocks) per tile, 16-byte vector loads and stores
+//                  with an alignment peel (kernels/device_access.hpp);
 //   random_kernel  random selections (uniform, permutation, per-tensor layerwise): a thread
-//                  per value, several values in flight per thread;
-// both movers gather (Gather) or scatter, rounding to the parameters' type, and the first
-// thread of a scatter advances the device step counter when there is one. They read the
-// selection from device memory and never search or permute per element. What a value is
-// and where it goes are the selections and bodies of kernels/exchange/body.hpp, the host's
-// reference; the launches (tunings, grids, device_plan and device_move) are
+//                  per value, several values in flight per thread.
+//
+// The gather plans as it goes, so a step moves its data in two launches and plans in
+// none of its own: every thread re-keys the host's selection from the device step counter
+// when the sampler allows (rekey_selection: what lets a captured CUDA graph advance by
+// itself), the first thread stores that selection, and each tile's group of lanes computes
+// the tile's plan (plan_tile, kernels/plan.hpp: where its first run starts and in which
+// tensor), moves the tile with it, and its first lane stores it. The scatter reads back the stored
+// selection and plans, rounds to the parameters' type, and its first thread advances the
+// device step counter when there is one. Neither searches or permutes per element. What a
+// value is and where it goes are the selections and bodies of kernels/exchange/body.hpp,
+// the host's reference; the launches (tunings, grids, device_move) are
 // kernels/exchange/dispatch.hpp.
 #pragma once
 
@@ -56,20 +57,6 @@ struct rekey_selection {
 
 namespace detail::device {
 
-template <class T, class Sel, class Rekey>
-__global__ void __launch_bounds__(128) plan_kernel(flat_view<T> params, Sel base, Rekey rekey, const std::uint64_t* step,
-                                                    Sel* out, tile_plan* plans, std::size_t count, std::size_t L,
-                                                    std::size_t tiles) {
-    Sel sel = base;
-    if (step != nullptr) rekey(sel, *step);
-    if (blockIdx.x == 0 && threadIdx.x == 0) *out = sel;
-    if constexpr (run_selection<Sel>) {
-        const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
-        for (std::size_t t = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; t < tiles; t += stride)
-            plans[t] = plan_tile(params, sel, count, L, t);
-    }
-}
-
 // Moves values [k, k + len) of a run starting at flat position pos in segment seg.
 template <bool Gather, class T>
 __device__ __forceinline__ void move_run(const flat_view<T>& params, std::uint32_t seg, std::size_t pos, std::size_t k,
@@ -91,22 +78,41 @@ __device__ __forceinline__ void move_run(const flat_view<T>& params, std::uint32
 // At most 256 threads and at least 4 blocks per multiprocessor: a budget of 64 registers.
 // With __launch_bounds__(256) alone, ptxas kept the bf16 agents at 48 registers and spilled
 // 8-16 bytes to local memory; they need 50-56 (scripts/check_sass.py prints the counts).
-template <bool Gather, class T, class Sel>
-__global__ void __launch_bounds__(256, 4) tile_kernel(flat_view<T> params, const Sel* sel, const tile_plan* plans, float* buf,
-                                                    float scale, std::size_t count, std::size_t L, std::size_t tiles,
+template <bool Gather, class T, class Sel, class Rekey>
+__global__ void __launch_bounds__(256, 4) tile_kernel(flat_view<T> params, Sel base, Rekey rekey, const std::uint64_t* step,
+                                                    Sel* planned, tile_plan* plans, float* buf, float scale,
+                                                    std::size_t count, std::size_t L, std::size_t tiles,
                                                     unsigned lane_shift, std::uint64_t* advance) {
     const unsigned lanes = 1u << lane_shift;
     const unsigned lane = threadIdx.x & (lanes - 1);
     const std::size_t groups = (static_cast<std::size_t>(gridDim.x) * blockDim.x) >> lane_shift;
     const std::size_t first = (static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> lane_shift;
+    // The gather holds the selection in registers; the scatter reads the stored one only
+    // for the rare rest of a tile, which keeps it within its register budget.
+    [[maybe_unused]] Sel sel = base;
+    if constexpr (Gather) {
+        if (step != nullptr) rekey(sel, *step);
+        if (blockIdx.x == 0 && threadIdx.x == 0) *planned = sel;
+    } else {
+        (void)rekey, (void)step;
+    }
     for (std::size_t t = first; t < tiles; t += groups) {
-        const tile_plan pl = plans[t];
+        tile_plan pl;
+        if constexpr (Gather) {
+            pl = plan_tile(params, sel, count, L, t);
+            if (lane == 0) plans[t] = pl;
+        } else {
+            pl = plans[t];
+        }
         const std::size_t k0 = t * L;
         const std::size_t k1 = count - k0 < L ? count : k0 + L;
         move_run<Gather>(params, pl.seg, pl.pos, k0, pl.len, buf, scale, lane, lanes);
         // The rest of a tile that outlives its first run (rare: a wrapping window, a long block).
         for (std::size_t k = k0 + pl.len; k < k1;) {
-            const auto r = sel->run_at(k);
+            const auto r = [&] {
+                if constexpr (Gather) return sel.run_at(k);
+                else return planned->run_at(k);
+            }();
             const std::size_t len = r.len < k1 - k ? r.len : k1 - k;
             const std::size_t pos = r.pos;
             const std::uint32_t seg = pos < params.total ? params.segment_of(pos) : no_segment;
@@ -118,10 +124,18 @@ __global__ void __launch_bounds__(256, 4) tile_kernel(flat_view<T> params, const
 }
 
 // Random positions: a thread per value, Items values in flight per thread.
-template <bool Gather, class T, class Sel, class Index, int Items>
-__global__ void __launch_bounds__(256) random_kernel(flat_view<T> params, const Sel* selp, float* buf, float scale,
-                                                      Index count, std::uint64_t* advance) {
-    const Sel sel = *selp;
+template <bool Gather, class T, class Sel, class Rekey, class Index, int Items>
+__global__ void __launch_bounds__(256) random_kernel(flat_view<T> params, Sel given, Rekey rekey, const std::uint64_t* step,
+                                                      Sel* planned, float* buf, float scale, Index count,
+                                                      std::uint64_t* advance) {
+    Sel sel = given;
+    if constexpr (Gather) {
+        if (step != nullptr) rekey(sel, *step);
+        if (blockIdx.x == 0 && threadIdx.x == 0) *planned = sel;
+    } else {
+        (void)rekey, (void)step;
+        sel = *planned;
+    }
     const Index stride = static_cast<Index>(gridDim.x) * blockDim.x * Items;
     for (Index base = static_cast<Index>(blockIdx.x) * blockDim.x * Items + threadIdx.x; base < count; base += stride) {
         T* at[Items];

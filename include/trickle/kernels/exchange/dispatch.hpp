@@ -1,13 +1,16 @@
-// trickle/kernels/exchange/dispatch.hpp: the launches of one sparse exchange on the device: the plan
-// pre-pass, the gather and the scatter, with the memory they work in and their tunings.
+// trickle/kernels/exchange/dispatch.hpp: the launches of one sparse exchange on the device: the
+// gather (which plans as it goes) and the scatter, with the memory they work in and their
+// tunings.
 //
-// One SPARTA step on the device is
-//   device_plan          the plan pre-pass (plan_kernel of kernels/exchange/agent.hpp);
+// One SPARTA step on the device is two launches around its communication:
 //   device_move<true>    the gather: the tile agent for run selections, the random agent
-//                        otherwise, the grid sized from each agent's tuning, an occupancy
-//                        query and a bytes-in-flight target (exec/dispatch.hpp);
+//                        otherwise (kernels/exchange/agent.hpp), the grid sized from each
+//                        agent's tuning, an occupancy query and a bytes-in-flight target
+//                        (exec/dispatch.hpp). It re-keys the selection from *st.step when
+//                        given a rekey_selection, and stores the selection and tile plans;
 //   (the communication call)
-//   device_move<false>   the scatter, the same shapes the other way;
+//   device_move<false>   the scatter, the same shapes the other way, reading what the
+//                        gather stored and advancing the device step counter;
 // and device_increment advances the device step counter of a step that skips its exchange.
 // The host runs the range bodies of kernels/exchange/body.hpp instead (make_gather,
 // make_scatter); the engine (algorithm/sparta.hpp) picks one or the other by execution space.
@@ -43,7 +46,6 @@ struct device_exchange_state {
 };
 
 // Tunings of the agents (exec/dispatch.hpp): threads per block, values per thread, vector bytes.
-inline constexpr exec::tuning plan_tuning{128, 1, 16};
 inline constexpr exec::tuning tile_tuning{256, 1, 16};
 inline constexpr exec::tuning random_tuning{256, 4, 4};
 
@@ -66,53 +68,40 @@ inline void device_increment(const exec::cuda& ex, std::uint64_t* counter) {
     TRICKLE_CUDA_CHECK(cudaGetLastError());
 }
 
-// The plan pre-pass of one exchange: writes the selection (re-keyed from *st.step when
-// st.step is set) and, for run selections, the tile plans.
-template <class T, class Sel, class Rekey>
-void device_plan(const exec::cuda& ex, const flat_view<T>& params, const Sel& sel, const Rekey& rekey,
-                 const device_exchange_state<Sel>& st) {
-    const std::size_t count = sel.count();
-    const bool runs = uses_runs(sel);
-    const std::size_t L = runs ? tile_length(sel) : 1;
-    const std::size_t tiles = runs ? tile_count(count, L) : 0;
-    auto kernel = device::plan_kernel<T, Sel, Rekey>;
-    const exec::grid_shape g =
-        runs ? plan_grid(kernel, plan_tuning, (tiles + plan_tuning.threads - 1) / plan_tuning.threads,
-                         static_cast<std::size_t>(plan_tuning.threads) * sizeof(tile_plan))
-             : exec::grid_shape{1, 32};
-    kernel<<<g.blocks < 1 ? 1 : g.blocks, g.threads, 0, ex.stream>>>(params, sel, rekey, st.step, st.selection,
-                                                                     st.plans, count, L, tiles);
-    TRICKLE_CUDA_CHECK(cudaGetLastError());
-}
-
 // The run-selection form of device_move: a group of lanes per tile.
-template <bool Gather, class T, class Sel>
-void device_move_tiles(const exec::cuda& ex, const flat_view<T>& params, const Sel& sel,
-                       const device_exchange_state<Sel>& st, float* buf, float scale, std::uint64_t* advance) {
+template <bool Gather, class T, class Sel, class Rekey>
+void device_move_tiles(const exec::cuda& ex, const flat_view<T>& params, const Sel& sel, const Rekey& rekey,
+                       const std::uint64_t* step, const device_exchange_state<Sel>& st, float* buf, float scale,
+                       std::uint64_t* advance) {
     const std::size_t count = sel.count();
     const std::size_t L = tile_length(sel);
     const std::size_t tiles = tile_count(count, L);
     const unsigned shift = tile_lane_shift(L, sizeof(T));
-    auto kernel = device::tile_kernel<Gather, T, Sel>;
+    auto kernel = device::tile_kernel<Gather, T, Sel, Rekey>;
     const std::size_t per_block = static_cast<std::size_t>(tile_tuning.threads) >> shift;
     const exec::grid_shape g = plan_grid(kernel, tile_tuning, (tiles + per_block - 1) / per_block,
                                          per_block * L * (sizeof(T) + sizeof(float)));
-    kernel<<<g.blocks, g.threads, 0, ex.stream>>>(params, st.selection, st.plans, buf, scale, count, L, tiles, shift,
-                                                  advance);
+    kernel<<<g.blocks, g.threads, 0, ex.stream>>>(params, sel, rekey, step, st.selection, st.plans, buf, scale, count,
+                                                  L, tiles, shift, advance);
     TRICKLE_CUDA_CHECK(cudaGetLastError());
 }
 
-// Gather (Gather) or scatter of one exchange; sel is the host's copy (for its count and
-// shape), the agents read the planned one in st.
-template <bool Gather, class T, class Sel>
+// Gather (Gather) or scatter of one exchange. sel is the host's selection: the gather
+// starts from it (re-keyed on the device from *st.step when rekey is a rekey_selection and
+// st.step is set) and stores what it moved, with the tile plans, in st; the scatter moves
+// what the gather stored and uses sel only for its count and shape, so it must follow a
+// gather of the same selection on the same stream.
+template <bool Gather, class T, class Sel, class Rekey = keep_selection>
 void device_move(const exec::cuda& ex, const flat_view<T>& params, const Sel& sel,
-                 const device_exchange_state<Sel>& st, float* buf, float scale) {
+                 const device_exchange_state<Sel>& st, float* buf, float scale, const Rekey& rekey = {}) {
     const std::size_t count = sel.count();
     if (count == 0) return;
+    // The gather reads the step counter, the scatter advances it; neither does both.
+    const std::uint64_t* step = Gather ? st.step : nullptr;
     std::uint64_t* advance = Gather ? nullptr : st.step;
     if constexpr (run_selection<Sel>) {
         if (uses_runs(sel)) {
-            device_move_tiles<Gather>(ex, params, sel, st, buf, scale, advance);
+            device_move_tiles<Gather>(ex, params, sel, rekey, step, st, buf, scale, advance);
             return;
         }
     }
@@ -123,14 +112,15 @@ void device_move(const exec::cuda& ex, const flat_view<T>& params, const Sel& se
         // A random value moves a 32-byte sector on each side, whatever its width.
         const std::size_t bytes = per_block * 64;
         if (exec::fits_32bit(count) && count < (std::size_t{1} << 30)) {
-            auto kernel = device::random_kernel<Gather, T, Sel, std::uint32_t, items>;
+            auto kernel = device::random_kernel<Gather, T, Sel, Rekey, std::uint32_t, items>;
             const exec::grid_shape g = plan_grid(kernel, random_tuning, blocks, bytes);
-            kernel<<<g.blocks, g.threads, 0, ex.stream>>>(params, st.selection, buf, scale,
+            kernel<<<g.blocks, g.threads, 0, ex.stream>>>(params, sel, rekey, step, st.selection, buf, scale,
                                                           static_cast<std::uint32_t>(count), advance);
         } else {
-            auto kernel = device::random_kernel<Gather, T, Sel, std::size_t, items>;
+            auto kernel = device::random_kernel<Gather, T, Sel, Rekey, std::size_t, items>;
             const exec::grid_shape g = plan_grid(kernel, random_tuning, blocks, bytes);
-            kernel<<<g.blocks, g.threads, 0, ex.stream>>>(params, st.selection, buf, scale, count, advance);
+            kernel<<<g.blocks, g.threads, 0, ex.stream>>>(params, sel, rekey, step, st.selection, buf, scale, count,
+                                                          advance);
         }
     }
     TRICKLE_CUDA_CHECK(cudaGetLastError());
