@@ -4,6 +4,10 @@
     python3 scripts/bench_tables.py --host host.json[.gz] [--cuda cuda.json[.gz]]
         [--readme benchmarks/README.md [--block NAME]] [--brief] [--plot benchmarks/bandwidth.png]
     python3 scripts/bench_tables.py --compare A.json B.json --labels "name A,name B" [--readme ... --block NAME]
+    python3 scripts/bench_tables.py --headline AFTER.json [AFTER2.json ...] [--before BEFORE.json ...]
+        the device path's headline cases (issue 23's table: SPARTA gather / scatter / fused, the
+        device codecs) as % of B_copy, before and after, each against its target; several
+        files of one run (an L2 and an HBM pass, say) are merged
 
 Tables use the Python standard library only. Without --readme they go to stdout; with it
 they replace the text between '<!-- bench_tables:BACKEND:begin -->' and
@@ -443,6 +447,86 @@ def plot(results, path):
     fig.savefig(path, dpi=110)
 
 
+# The device path's headline cases: (label, benchmark names without the fraction and
+# group, target % of B_copy, what the target is a share of).
+HEADLINE_SHAPES = ["L2", "HBM"]
+HEADLINE_FRACTIONS = ["p0.005", "p0.01", "p0.05"]
+HEADLINE_EXCHANGE = [
+    ("SPARTA gather, block256, fp32", "exchange/gather/block256/fp32", 85, "B_copy"),
+    ("SPARTA scatter, block256, fp32", "exchange/scatter/block256/fp32", 85, "B_copy"),
+    ("SPARTA fused, block256, fp32", "exchange/fused/block256/fp32", 85, "B_copy"),
+    ("SPARTA fused, block32, fp32", "exchange/fused/block32/fp32", 85, "B_copy"),
+    ("SPARTA fused, block4096, fp32", "exchange/fused/block4096/fp32", 85, "B_copy"),
+    # Random samplers count parameter memory in 32-byte sectors, so their share of B_copy
+    # is their share of the sector bound.
+    ("SPARTA fused, uniform, fp32", "exchange/fused/uniform/fp32", 90, "32-byte-sector bound"),
+    ("SPARTA fused, permutation, fp32", "exchange/fused/permutation/fp32", 90, "32-byte-sector bound"),
+    ("SPARTA fused, layerwise, fp32", "exchange/fused/layerwise/fp32", 90, "32-byte-sector bound"),
+]
+HEADLINE_CODECS = ["bf16", "int8_block64", "sign2_block64"]
+
+
+class Merged:
+    """Several bench_cuda JSON files of one run (the L2 and HBM passes, say) as one."""
+
+    def __init__(self, paths):
+        self.parts = [Results(p, "cuda") for p in paths]
+
+    def get(self, name, key="us"):
+        for r in self.parts:
+            v = r.get(name, key)
+            if v is not None:
+                return v
+        return None
+
+    def b_copy(self):
+        vals = [r.b_copy() for r in self.parts if r.b_copy()]
+        return statistics.median(vals) if vals else None
+
+    def date(self):
+        return ", ".join(sorted({r.context.get("date", "?")[:19] for r in self.parts}))
+
+
+def headline_names():
+    """(label, benchmark name, target, of what) for every headline row."""
+    rows = []
+    for label, stem, target, of in HEADLINE_EXCHANGE:
+        for sh in HEADLINE_SHAPES:
+            for p in HEADLINE_FRACTIONS:
+                rows.append((f"{label}, p = {float(p[1:]) * 100:g}%, {sh}", f"{stem}/{p}/{sh}", target, of))
+    for c in HEADLINE_CODECS:
+        for op in ("encode", "decode"):
+            rows.append((f"device codec {op}, {c}, 16M values", f"codec/{op}/{c}/16M", 85, "B_copy"))
+    return rows
+
+
+def headline(after, before=None):
+    """Issue 23's table: each headline case as % of B_copy after (and before), with its verdict."""
+    lines = []
+    lines.append(f"after: {after.date()}, B_copy {fmt(after.b_copy() and after.b_copy() / 1e9, 0)} GB/s")
+    if before is not None:
+        lines.append(f"; before: {before.date()}, B_copy {fmt(before.b_copy() and before.b_copy() / 1e9, 0)} GB/s")
+    lines.append(" (each run's share of its own B_copy)\n\n")
+    head = ["case"] + (["before"] if before is not None else []) + ["after", "time (after)", "target", "verdict"]
+    rows, met, judged = [], 0, 0
+    for label, name, target, of in headline_names():
+        a = after.get(name, "pct_of_copy")
+        b = before.get(name, "pct_of_copy") if before is not None else None
+        if a is None and b is None:
+            continue
+        ok = a is not None and a >= target
+        if a is not None:
+            judged += 1
+            met += ok
+        row = [label] + ([fmt(b, 0, "%")] if before is not None else [])
+        row += [fmt(a, 0, "%"), fmt_time(after.get(name)), f"≥ {target}% of {of}",
+                "–" if a is None else verdict(ok, "")]
+        rows.append(row)
+    if not rows:
+        return "".join(lines) + "(none of the headline cases is in these files)"
+    return "".join(lines) + table(head, rows) + f"\n\n{met} of {judged} measured cases meet their target."
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--host", help="bench_host JSON")
@@ -453,7 +537,14 @@ def main():
     ap.add_argument("--brief", action="store_true", help="targets and headline tables only")
     ap.add_argument("--compare", nargs=2, metavar=("A", "B"), help="two bench_host JSON runs: the cases they share, side by side")
     ap.add_argument("--labels", default="A,B", help="names of the --compare runs, comma-separated")
+    ap.add_argument("--headline", nargs="+", metavar="AFTER", help="bench_cuda JSON of one run: the headline table")
+    ap.add_argument("--before", nargs="+", metavar="BEFORE", help="with --headline: the same cases of an earlier build")
     args = ap.parse_args()
+    if args.before and not args.headline:
+        ap.error("--before needs --headline")
+    if args.headline:
+        print(headline(Merged(args.headline), Merged(args.before) if args.before else None))
+        return
     if args.compare:
         text = compare(Results(args.compare[0], "host"), Results(args.compare[1], "host"), args.labels.split(",", 1))
         if args.readme:

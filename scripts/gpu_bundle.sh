@@ -5,6 +5,11 @@
 #
 #   cmake --preset cuda -DTRICKLE_BUILD_BENCHMARKS=ON && cmake --build --preset cuda --target trickle_cuda_checks
 #   scripts/gpu_bundle.sh            # then: run scripts/gpu_check.sh OUT, carrying build/gpu
+#   GPU_BUNDLE_BEFORE=95590b5 scripts/gpu_bundle.sh
+#       also builds bench_cuda at that commit (a git worktree in build/before-src, sm_90
+#       only, Release, no tests) into build/gpu/before/bench_cuda, for the quick mode's
+#       before-and-after table (GPU_CHECK_QUICK=1 scripts/gpu_check.sh); 95590b5 is the
+#       build of the first H200 run (2026-11-30). A few minutes of nvcc on two cores.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 src=${1:-$root/build/cuda}
@@ -37,5 +42,26 @@ if [[ -n "$site" && -f "$site/trickle/__init__.py" ]] && ls "$site"/trickle/_C*.
     rm -rf "$dst/python/trickle/__pycache__"
     strip --strip-unneeded "$dst"/python/trickle/_C*.so 2> /dev/null || true # 33 MB -> 27 MB
     echo "gpu_bundle: the Python package from $site (CUDA build: see trickle.build_info() there)"
+fi
+# The benchmark of an earlier commit, built from a worktree of this repository.
+if [[ -n "${GPU_BUNDLE_BEFORE:-}" ]]; then
+    rev=$(git -C "$root" rev-parse --verify "${GPU_BUNDLE_BEFORE}^{commit}") ||
+        { echo "$0: GPU_BUNDLE_BEFORE=$GPU_BUNDLE_BEFORE is not a commit of this repository" >&2; exit 1; }
+    wt=$root/build/before-src
+    if [[ "$(git -C "$wt" rev-parse HEAD 2> /dev/null)" != "$rev" ]]; then
+        git -C "$root" worktree remove --force "$wt" 2> /dev/null || rm -rf "$wt"
+        git -C "$root" worktree prune
+        git -C "$root" worktree add --detach "$wt" "$rev" > /dev/null
+    fi
+    bb=$root/build/before-$(git -C "$root" rev-parse --short "$rev")
+    cmake -S "$wt" -B "$bb" -DCMAKE_BUILD_TYPE=Release -DTRICKLE_ENABLE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+        -DTRICKLE_BUILD_BENCHMARKS=ON -DTRICKLE_BUILD_TESTS=OFF -DTRICKLE_BUILD_EXAMPLES=OFF -DTRICKLE_ENABLE_TORCH=OFF \
+        > "$bb.log" 2>&1 && cmake --build "$bb" --target bench_cuda -j "$(nproc)" >> "$bb.log" 2>&1 ||
+        { echo "$0: the build of bench_cuda at $rev failed: see $bb.log" >&2; exit 1; }
+    mkdir -p "$dst/before"
+    cp "$bb/benchmarks/bench_cuda" "$dst/before/"
+    strip --strip-debug "$dst/before/bench_cuda" 2> /dev/null || true
+    echo "$rev" > "$dst/before/commit"
+    echo "gpu_bundle: bench_cuda at $rev in $dst/before"
 fi
 du -sh "$dst"

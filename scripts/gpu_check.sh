@@ -3,6 +3,27 @@
 # (about 8 without the Python stage, GPU_CHECK_TORCH=0).
 #
 #   scripts/gpu_check.sh OUTDIR
+#   GPU_CHECK_QUICK=1 scripts/gpu_check.sh OUTDIR      the quick mode, for a short lease
+#   GPU_CHECK_QUICK=1 GPU_CHECK_DRY_RUN=1 scripts/gpu_check.sh OUTDIR
+#                                                     its dry run, on a machine without a GPU
+#
+# The quick mode (GPU_CHECK_QUICK=1) runs every CUDA test (60 s each at most), no Python
+# stage (GPU_CHECK_TORCH=1 adds it) and, instead of the whole suite, the headline cases of
+# the device path: SPARTA gather and scatter (block256), the fused pair (block256, block32,
+# block4096, uniform, permutation, layerwise) at p = 0.5%, 1% and 5% on the L2 and HBM
+# groups, and the device codecs (bf16, int8_block64, sign2_block64), one repetition each
+# with a bounded timing loop (--benchmark_min_time=0.02: a few batches of about 1 ms of
+# CUDA-event-timed calls). Where the bundle holds an earlier build's benchmark
+# ($BUILD_DIR/before/bench_cuda: GPU_BUNDLE_BEFORE=<rev> scripts/gpu_bundle.sh), it runs
+# the same cases with that one, and OUTDIR/table.md is the headline table before and after,
+# each as % of the B_copy its own run measured (scripts/bench_tables.py --headline). The
+# whole quick check is meant to take under 4 minutes of GPU time on one H100/H200; that is
+# a target, not yet a measurement.
+#
+# The dry run (GPU_CHECK_DRY_RUN=1) needs no GPU: it lists the tests and benchmark
+# commands it would run, and renders table.md from recorded JSON (GPU_CHECK_DRY_JSON,
+# GPU_CHECK_DRY_BEFORE_JSON: space-separated files), so the script and the table are
+# checked on every CI run (the ctest gpu_check_dry_run).
 #
 # 1. Records the GPU (nvidia-smi) in OUTDIR/machine.txt.
 # 2. Uses the CUDA binaries in BUILD_DIR (default build/gpu, which scripts/gpu_bundle.sh
@@ -39,27 +60,47 @@ start=$(date +%s)
 status=0
 # Limits (seconds), overridable for a short first look: each test, when tests stop
 # starting, and when the benchmarks must end.
-test_limit=${GPU_CHECK_TEST_TIMEOUT:-200}
-tests_until=${GPU_CHECK_TESTS_UNTIL:-300}
-bench_until=${GPU_CHECK_BENCH_UNTIL:-450}
+quick=${GPU_CHECK_QUICK:-0}
+dry=${GPU_CHECK_DRY_RUN:-0}
+if [[ "$quick" == 1 ]]; then
+    test_limit=${GPU_CHECK_TEST_TIMEOUT:-60}
+    tests_until=${GPU_CHECK_TESTS_UNTIL:-120}
+    bench_until=${GPU_CHECK_BENCH_UNTIL:-230}
+    torch_default=0
+else
+    test_limit=${GPU_CHECK_TEST_TIMEOUT:-200}
+    tests_until=${GPU_CHECK_TESTS_UNTIL:-300}
+    bench_until=${GPU_CHECK_BENCH_UNTIL:-450}
+    torch_default=1
+fi
+# The quick mode's benchmark cases (Google Benchmark's --benchmark_filter).
+headline_filter='^copy/|^exchange/(gather|scatter)/block256/fp32/p0\.(005|01|05)/(L2|HBM)/|^exchange/fused/(block32|block256|block4096|uniform|permutation|layerwise)/fp32/p0\.(005|01|05)/(L2|HBM)/|^codec/(encode|decode)/(bf16|int8_block64|sign2_block64)/'
+# Runs a command, or in a dry run says what it would run.
+run_or_say() { if [[ "$dry" == 1 ]]; then log "DRY RUN: would run: $*"; else "$@"; fi; }
 log() { echo "[gpu_check $(( $(date +%s) - start ))s] $*" | tee -a "$out/gpu_check.log"; }
 
-if ! command -v nvidia-smi > /dev/null || ! nvidia-smi -L > /dev/null 2>&1; then
+if [[ "$dry" == 1 ]]; then
+    log "DRY RUN (GPU_CHECK_DRY_RUN=1): nothing runs on a GPU; quick mode: $quick"
+    { echo "# dry run on $(hostname), $(date -u)"; git -C "$root" rev-parse HEAD 2> /dev/null || true; } > "$out/machine.txt"
+    gpu="(dry run: no GPU)"
+elif ! command -v nvidia-smi > /dev/null || ! nvidia-smi -L > /dev/null 2>&1; then
     log "no NVIDIA GPU visible (nvidia-smi -L failed): run this on a GPU machine"
     exit 77
 fi
-{
+[[ "$dry" == 1 ]] || {
     echo "# date"; date -u
     echo "# nvidia-smi -L"; nvidia-smi -L
     echo "# nvidia-smi"; nvidia-smi
     echo "# driver / CUDA"; nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv
     echo "# git"; git -C "$root" rev-parse HEAD 2> /dev/null || true
 } > "$out/machine.txt" 2>&1
-gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+[[ "$dry" == 1 ]] || gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 log "GPU: $gpu"
 
 # 2. The build.
-if [[ ! -x "$build/tests/cuda/test_device_sparta" ]]; then
+if [[ "$dry" == 1 ]]; then
+    [[ -d "$build" ]] || log "DRY RUN: no build in $build: the test list below is empty"
+elif [[ ! -x "$build/tests/cuda/test_device_sparta" ]]; then
     build=$root/build/cuda
     if command -v cmake > /dev/null && { command -v nvcc > /dev/null || [[ -x /usr/local/cuda/bin/nvcc ]]; }; then
         log "no CUDA build in $build: building it (sm_90 only, to save time)"
@@ -106,6 +147,10 @@ for t in "$build"/tests/cuda/test_* "$build"/tests/codec/test_codec_cuda "$build
         failed=$((failed + 1)); status=1
         continue
     fi
+    if [[ "$dry" == 1 ]]; then
+        echo "$name: DRY RUN (would run with a $test_limit s limit)" >> "$out/ctest.txt"
+        continue
+    fi
     echo "== $name" >> "$out/ctest.txt"
     t0=$(date +%s)
     timeout "$test_limit" "$t" >> "$out/ctest.txt" 2>&1
@@ -118,7 +163,7 @@ for t in "$build"/tests/cuda/test_* "$build"/tests/codec/test_codec_cuda "$build
     esac
 done
 echo "$passed passed, $failed failed, $skipped skipped" | tee -a "$out/ctest.txt" "$out/gpu_check.log"
-if (( passed == 0 )); then
+if (( passed == 0 )) && [[ "$dry" != 1 ]]; then
     # nvidia-smi sees a GPU but every binary skipped: the CUDA runtime found none (a driver
     # too old for the carried runtime, say). That is a failed check, not a pass.
     log "no CUDA test ran although nvidia-smi sees a GPU: see ctest.txt"
@@ -127,7 +172,7 @@ fi
 
 # 3b. With GPU_CHECK_SANITIZE=1, the device tests again under compute-sanitizer's memcheck
 #     (out-of-bounds and misaligned accesses, leaks), where the machine has the tool.
-if [[ "${GPU_CHECK_SANITIZE:-0}" == 1 ]]; then
+if [[ "${GPU_CHECK_SANITIZE:-0}" == 1 && "$dry" != 1 ]]; then
     san=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2> /dev/null || true)
     if [[ -n "$san" ]]; then
         for name in test_device_sparta test_device_diloco test_device_codec test_local_cuda; do
@@ -155,7 +200,7 @@ fi
 #     ($GPU_CHECK_PYTHON, default python3) that imports trickle: installed there, or the CUDA
 #     build that scripts/gpu_bundle.sh carries in $build/python (built against the same torch).
 torch_status="not run"
-if [[ "${GPU_CHECK_TORCH:-1}" != 0 ]]; then
+if [[ "${GPU_CHECK_TORCH:-$torch_default}" != 0 && "$dry" != 1 ]]; then
     py=${GPU_CHECK_PYTHON:-python3}
     [[ -d "$build/python/trickle" ]] && export PYTHONPATH="$build/python${PYTHONPATH:+:$PYTHONPATH}"
     why=$("$py" -c 'import torch, trickle
@@ -193,9 +238,39 @@ print("ok")' 2>&1 | tail -1)
     fi
 fi
 
-# 4. Benchmarks at three sizes.
+# 4. Benchmarks: the headline cases (quick mode), after and, with an earlier build in the
+#    bundle, before; else the suite at three sizes.
 bench="$build/benchmarks/bench_cuda"
-if [[ -x "$bench" ]]; then
+before_bench="$build/before/bench_cuda"
+after_json=() before_json=()
+if [[ "$quick" == 1 ]]; then
+    quick_args=(--benchmark_filter="$headline_filter" --benchmark_repetitions=1 --benchmark_min_time=0.02)
+    for which in after before; do
+        if [[ $which == after ]]; then b=$bench; else b=$before_bench; fi
+        if [[ "$dry" != 1 && ! -x "$b" ]]; then
+            log "no $b: the $which column is left out"
+            continue
+        fi
+        left=$(( bench_until - ($(date +%s) - start) ))
+        (( left < 30 )) && left=30
+        log "bench_cuda ($which): the headline cases, at most $left s"
+        run_or_say timeout "$left" "$b" "${quick_args[@]}" --benchmark_out="$out/bench_$which.json" \
+            --benchmark_out_format=json > "$out/bench_$which.console" 2>&1 ||
+            log "bench_cuda ($which) stopped early (see bench_$which.console)"
+        [[ -s "$out/bench_$which.json" ]] && { [[ $which == after ]] && after_json+=("$out/bench_$which.json") || before_json+=("$out/bench_$which.json"); }
+    done
+    if [[ "$dry" == 1 ]]; then
+        read -r -a after_json <<< "${GPU_CHECK_DRY_JSON:-}"
+        read -r -a before_json <<< "${GPU_CHECK_DRY_BEFORE_JSON:-}"
+    fi
+    if (( ${#after_json[@]} > 0 )); then
+        args=(--headline "${after_json[@]}")
+        (( ${#before_json[@]} > 0 )) && args+=(--before "${before_json[@]}")
+        python3 "$root/scripts/bench_tables.py" "${args[@]}" > "$out/table.md" 2> "$out/table.err" ||
+            { log "bench_tables.py --headline failed: see table.err"; status=1; }
+        log "wrote $out/table.md"
+    fi
+elif [[ -x "$bench" && "$dry" != 1 ]]; then
     log "bench_cuda: the L2, DRAM (4x L2) and HBM groups, and the device codec passes"
     left=$(( bench_until - ($(date +%s) - start) ))
     (( left < 30 )) && left=30
@@ -213,11 +288,13 @@ fi
     echo "- GPU: $gpu"
     echo "- commit: $(git -C "$root" rev-parse --short HEAD 2> /dev/null || echo unknown)"
     echo "- time: $(( $(date +%s) - start )) s"
+    [[ -f "$build/before/commit" ]] && echo "- before (the headline table's first column): $(cat "$build/before/commit")"
+    [[ "$quick" == 1 ]] && echo "- mode: quick (GPU_CHECK_QUICK=1)"
     echo
     echo "## Tests"
     echo
     echo '```'
-    grep -E ": (passed|FAILED|skipped|NOT RUN)|passed, .* failed" "$out/ctest.txt" | tail -40
+    grep -E ": (passed|FAILED|skipped|NOT RUN|DRY RUN)|passed, .* failed" "$out/ctest.txt" | tail -40
     echo '```'
     echo
     echo "## The Python package on CUDA tensors: $torch_status"
@@ -226,6 +303,12 @@ fi
         echo '```'
         grep -E "^== |  (ok|FAIL) |test_cuda|collectives per|parameters, p =|^[a-zA-Z.()-].*[0-9]\.[0-9]{3}$" "$out/python_cuda.txt" | head -80
         echo '```'
+    fi
+    if [[ -s "$out/table.md" ]]; then
+        echo
+        echo "## The headline cases (quick mode)"
+        echo
+        cat "$out/table.md"
     fi
     if [[ -s "$out/bench_cuda.json" ]] && command -v python3 > /dev/null; then
         echo
