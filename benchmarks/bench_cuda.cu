@@ -815,10 +815,11 @@ void bm_codec(benchmark::State& state, C c, bool encode) {
         state,
         [&](int) {
             if (encode)
-                codec::detail::encode_slots_pass(exec::cuda{stream, 0}, c, at, values.data(), nullptr, 0.0f,
-                                                 slots.data(), trickle::nearest_words{});
+                codec::detail::encode_slots_pass(exec::cuda{stream, 0}, c, at, trickle::array_source{values.data()},
+                                                 nullptr, 0.0f, slots.data(), trickle::nearest_words{});
             else
-                codec::detail::decode_slots_pass(exec::cuda{stream, 0}, c, at, slots.data(), values.data());
+                codec::detail::decode_slots_pass(exec::cuda{stream, 0}, c, at, slots.data(),
+                                                 trickle::array_sink{values.data()});
         },
         [&](long long) { total += bytes; });
     tb::report(state, {total, total}, b_copy);

@@ -11,8 +11,9 @@ the ptxas -v log of that compilation, and requires, for every architecture in th
   - none of them touches local memory: "0 bytes spill stores" and "0 bytes spill loads"
     in the ptxas log, and no LDL / STL instruction in the SASS;
   - the encoded all-reduce's warp-cooperative passes of int8_block (encode, sum, decode:
-    lane_group_kernel) touch no local memory either (their accesses are 4-byte quads, so
-    no 128-bit access is required of them).
+    lane_group_kernel), and the encode and decode of DiLoCo's fused outer step (the outer
+    gradient as the source, the update as the sink; fp32 and bf16), touch no local memory
+    either (their accesses are 4-byte quads, so no 128-bit access is required of them).
 
 It prints a table of registers (and stack, spills, 128-bit accesses) per kernel and
 architecture, for every kernel in the object. Exit status: 0 when everything passes, 1 on
@@ -168,7 +169,9 @@ def describe(mangled):
             if key in mangled:
                 codec = "int8_block" if "9int_blockILj8E" in mangled else "int4_block" if "9int_blockILj4E" in mangled \
                     else "sign2_block" if "11sign2_block" in mangled else "fp8_block" if "9fp8_block" in mangled else "?"
-                return "lanes", "lanes %s %s" % (what, codec)
+                fused = "<delta %s>" % dtype if "18outer_delta_source" in mangled else \
+                    "<update %s>" % dtype if "17outer_update_sink" in mangled else ""
+                return "lanes", "lanes %s%s %s" % (what, fused, codec)
         return "lanes", "lanes ?"
     for key, what in (("13random_kernel", "random"), ("16increment_kernel", "increment"),
                       ("21for_each_index_kernel", "for_each_index")):
@@ -183,7 +186,9 @@ def describe(mangled):
 # What the probe instantiates and the check therefore requires on every architecture.
 REQUIRED = ["tile gather fp32", "tile scatter fp32", "tile gather bf16", "tile scatter bf16",
             "stream snapshot fp32", "stream restore fp32", "stream delta fp32", "stream update<nesterov> fp32",
-            "lanes encode int8_block", "lanes sum int8_block", "lanes decode int8_block"]
+            "lanes encode int8_block", "lanes sum int8_block", "lanes decode int8_block",
+            "lanes encode<delta fp32> int8_block", "lanes decode<update fp32> int8_block",
+            "lanes encode<delta bf16> int8_block", "lanes decode<update bf16> int8_block"]
 
 # Families whose accesses are narrower than 16 bytes by design (4-byte quads of a codec
 # block): they must spill nothing and touch no local memory, but need no 128-bit access.

@@ -7,6 +7,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <cstdint>
@@ -279,4 +280,98 @@ TEST_CASE("encoded_all_reduce_blocks: other block sizes, codec::any, and the err
         CHECK(comm.traffic().calls == 0);
         CHECK(v == std::vector<float>(100, 1.0f));
     });
+}
+
+namespace {
+
+// A source that computes its values (here: k * a[i], the way DiLoCo's outer gradient is
+// computed from the parameters) and a sink that records what it is handed and how often.
+struct scaled_source {
+    const float* a = nullptr;
+    float k = 1.0f;
+    void operator()(std::size_t i, std::size_t count, float* out) const {
+        for (std::size_t t = 0; t < count; ++t) out[t] = trickle::mul_rn(k, a[i + t]);
+    }
+};
+struct recording_sink {
+    float* out = nullptr;
+    int* hits = nullptr;
+    void operator()(std::size_t i, std::size_t count, const float* in) const {
+        for (std::size_t t = 0; t < count; ++t) {
+            out[i + t] = in[t];
+            ++hits[i + t];
+        }
+    }
+};
+
+// The fused form (a source and a sink) against the array form over the source's values:
+// the same sums, residuals and bytes, every value handed to the sink once.
+template <class Codec>
+void check_fused_form(const Codec& c, bool stochastic) {
+    for (int N : {1, 2, 3})
+        for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{5}, std::size_t{257}, std::size_t{4099}})
+            for (float beta : {0.0f, 0.75f}) {
+                std::vector<reduce_outcome> arrays(static_cast<std::size_t>(N)), fused(arrays.size());
+                std::vector<std::vector<int>> hits(arrays.size());
+                for (const bool with_functors : {false, true})
+                    comm::run_local(N, [&](comm::local& comm) {
+                        const auto R = static_cast<std::size_t>(comm.rank());
+                        reduce_outcome& o = (with_functors ? fused : arrays)[R];
+                        o.residual.assign(n, 0.0f);
+                        float* residual = beta > 0.0f ? o.residual.data() : nullptr;
+                        codec::block_reduce_scratch<host_space> s;
+                        s.reserve(c, n, N, exec::host{});
+                        for (std::uint64_t round = 0; round < 2; ++round) {
+                            const std::vector<float> a = mixed_input(comm.rank() + static_cast<int>(round) * 5, n);
+                            const scaled_source source{a.data(), 0.375f};
+                            const codec::rounding how{stochastic, 41, round};
+                            if (with_functors) {
+                                o.values.assign(n, -1.0f);
+                                hits[R].assign(n, 0);
+                                codec::encoded_all_reduce_blocks_fused(c, comm, exec::host{}, n, s, source,
+                                                                       recording_sink{o.values.data(), hits[R].data()},
+                                                                       residual, beta, how);
+                            } else {
+                                o.values.resize(n);
+                                source(0, n, o.values.data());
+                                codec::encoded_all_reduce_blocks(c, comm, exec::host{}, o.values.data(), n, s, residual,
+                                                                 beta, how);
+                            }
+                        }
+                        o.traffic = comm.traffic();
+                    });
+                for (int r = 0; r < N; ++r) {
+                    INFO(Codec::name, ": N = ", N, ", n = ", n, ", beta = ", beta, ", stochastic = ", stochastic,
+                         ", rank ", r);
+                    const auto R = static_cast<std::size_t>(r);
+                    CHECK(bitwise_equal(fused[R].values, arrays[R].values));
+                    CHECK(bitwise_equal(fused[R].residual, arrays[R].residual));
+                    CHECK(fused[R].traffic == arrays[R].traffic);
+                    CHECK(std::count(hits[R].begin(), hits[R].end(), 1) == static_cast<std::ptrdiff_t>(n));
+                }
+            }
+}
+
+} // namespace
+
+TEST_CASE_TEMPLATE("encoded_all_reduce_blocks_fused: a source and a sink in place of the array, with the array "
+                   "form's sums, residuals and bytes",
+                   C, codec::fp32, codec::bf16, codec::fp8_e4m3, codec::fp8_block, codec::int8_block, codec::int4_block,
+                   codec::sign2_block) {
+    check_fused_form(C{}, false);
+    if constexpr (requires(const float* in, std::byte* out, const codec::philox_words& w) {
+                      C{}.encode_block(in, std::size_t{}, out, w, std::size_t{});
+                  })
+        check_fused_form(C{}, true);
+    check_fused_form(codec::any{C{}}, false);
+}
+
+TEST_CASE("codec::fuses_values: every built-in codec takes a source and a sink (a lane coder, or single values)") {
+    CHECK(codec::fuses_values(codec::fp32{}));
+    CHECK(codec::fuses_values(codec::bf16{}));
+    CHECK(codec::fuses_values(codec::fp8_e5m2{}));
+    CHECK(codec::fuses_values(codec::int8_block{.block_size = 256}));
+    CHECK(codec::fuses_values(codec::sign2_block{}));
+    CHECK(codec::fuses_values(codec::any{codec::int4_block{}}));
+    CHECK(codec::fuses_values(codec::any{codec::fp16{}}));
 }

@@ -9,7 +9,9 @@
 // in them (tests/cuda/CMakeLists.txt). It also instantiates the encoded all-reduce's
 // three warp-cooperative passes for int8_block (encode, sum, decode: for_each_lane_group
 // with the bodies codec/reduce.hpp launches), which must touch no local memory either;
-// their accesses are 4-byte quads of a block, so no 128-bit access is required of them.
+// their accesses are 4-byte quads of a block, so no 128-bit access is required of them;
+// and the same encode and decode with DiLoCo's fused outer step (the outer gradient as the
+// source, nesterov's update as the sink; fp32 and bf16 parameters).
 #include <trickle/codec/block.hpp>
 #include <trickle/codec/lanes.hpp>
 #include <trickle/core/dtype.hpp>
@@ -65,10 +67,32 @@ void codec_lanes(const trickle::exec::cuda& ex, const trickle::slot_layout& at, 
     const lanes lc{{Codec{}}};
     const unsigned shift = trickle::lane_group_shift(at.B);
     trickle::for_each_lane_group(ex, at.blocks, shift,
-                                 trickle::encode_slots_lanes<lanes>{lc, at, buf, residual, 0.9f, send, {}});
+                                 trickle::encode_slots_lanes<lanes>{lc, at, {buf}, residual, 0.9f, send, {}});
     trickle::for_each_lane_group(ex, at.chunk_blocks(0), shift,
                                  trickle::sum_slots_lanes<lanes>{lc, at, 0, recv, sum, send, {}});
-    trickle::for_each_lane_group(ex, at.blocks, shift, trickle::decode_slots_lanes<lanes>{lc, at, recv, buf});
+    trickle::for_each_lane_group(ex, at.blocks, shift, trickle::decode_slots_lanes<lanes>{lc, at, recv, {buf}});
+}
+
+// DiLoCo's fused outer step with int8_block: the encode pass producing the outer gradient
+// (outer_delta_source), the decode pass applying nesterov's update (outer_update_sink).
+template <class T>
+void fused_outer_lanes(const trickle::exec::cuda& ex, const trickle::flat_view<T>& params, const trickle::slot_layout& at,
+                       float* snapshot, float* state, float* weight_sum, float* residual, std::byte* send,
+                       const std::byte* recv) {
+    using codec_type = trickle::codec::int8_block;
+    using lanes = trickle::codec::lane_coder<codec_type>;
+    const lanes lc{{codec_type{}}};
+    const unsigned shift = trickle::lane_group_shift(at.B);
+    const auto rule = trickle::outer::nesterov{}.prepare(1);
+    using rule_type = std::remove_cvref_t<decltype(rule)>;
+    const trickle::outer_update_body<T, rule_type> update{params, snapshot, state, {}, rule, 1.0f, weight_sum, 0};
+    trickle::for_each_lane_group(
+        ex, at.blocks, shift,
+        trickle::encode_slots_lanes<lanes, trickle::nearest_words, trickle::outer_delta_source<T>>{
+            lc, at, {params, snapshot, 1.0f}, residual, 0.9f, send, {}});
+    trickle::for_each_lane_group(ex, at.blocks, shift,
+                                 trickle::decode_slots_lanes<lanes, trickle::outer_update_sink<T, rule_type>>{
+                                     lc, at, recv, {update}});
 }
 
 // Never called: taking the addresses keeps every instantiation in the object.
@@ -77,6 +101,8 @@ using exchange_fn_bf16 = decltype(&block_exchange<bfloat16>);
 using passes_fn_f32 = decltype(&diloco_passes<float>);
 using passes_fn_bf16 = decltype(&diloco_passes<bfloat16>);
 using lanes_fn_int8 = decltype(&codec_lanes<trickle::codec::int8_block>);
+using fused_fn_f32 = decltype(&fused_outer_lanes<float>);
+using fused_fn_bf16 = decltype(&fused_outer_lanes<bfloat16>);
 
 struct probes {
     exchange_fn_f32 exchange_f32;
@@ -84,6 +110,8 @@ struct probes {
     passes_fn_f32 passes_f32;
     passes_fn_bf16 passes_bf16;
     lanes_fn_int8 lanes_int8;
+    fused_fn_f32 fused_f32;
+    fused_fn_bf16 fused_bf16;
 };
 
 } // namespace trickle_sass_probe
@@ -96,4 +124,6 @@ const trickle_sass_probe::probes trickle_sass_probes{
     &trickle_sass_probe::diloco_passes<float>,
     &trickle_sass_probe::diloco_passes<trickle::bfloat16>,
     &trickle_sass_probe::codec_lanes<trickle::codec::int8_block>,
+    &trickle_sass_probe::fused_outer_lanes<float>,
+    &trickle_sass_probe::fused_outer_lanes<trickle::bfloat16>,
 };

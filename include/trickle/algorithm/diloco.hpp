@@ -557,6 +557,9 @@ private:
             robust_outer_step(ex, w, buf);
         } else if (route_type::can_fuse && route_.summed() && options_.prune_fraction == 0.0 && !elastic) {
             fused_outer_step(ex, w, buf + n_);
+        } else if (std::is_same_v<Exec, exec::cuda> && route_.fuses_on_device() && options_.prune_fraction == 0.0 &&
+                   !elastic) {
+            fused_outer_step_device(ex, w, buf + n_);
         } else {
             const auto view = flat_.view();
             detail::stream_pass(ex, view, tile_seg_.data(), 0, n_, delta_body(buf, 0, n_, w));
@@ -625,6 +628,29 @@ private:
                                                 rule,  1.0f,       weight_sum, i0}
                     .run(0, m);
             });
+    }
+
+    // The same on the device (route: sum_fused_device): the outer gradient produced inside
+    // the codec's encode pass (outer_delta_source), the update applied inside its decode
+    // pass (outer_update_sink), so a quantized outer step reads and writes the parameters,
+    // snapshot and state once, with no fp32 gradient stored; the weight is written on the
+    // device and summed first. The same bits and bytes as the unfused passes.
+    template <class Exec>
+    void fused_outer_step_device(const Exec& ex, float w, float* weight_sum) {
+        if constexpr (route_type::can_fuse_device && std::is_same_v<Exec, exec::cuda>) {
+            route_.refuse_capture_if_stochastic(ex, "diloco::step: stochastic rounding draws new words at every outer "
+                                                    "step, which a captured CUDA graph would replay unchanged");
+            for_each_index(ex, 1, store_scalar_body{weight_sum, w});
+            route_.sum_weight(ex, comm_, weight_sum, ws_, attempts_ - 1);
+            const auto rule = outer_.prepare(++outer_t_);
+            using rule_type = std::remove_cvref_t<decltype(rule)>;
+            const auto view = flat_.view();
+            const outer_update_body<T, rule_type> update{view, snapshot_, state_, {}, rule, 1.0f, weight_sum, 0};
+            route_.sum_fused_device(ex, comm_, n_, attempts_ - 1, outer_delta_source<T>{view, snapshot_, w},
+                                    outer_update_sink<T, rule_type>{update});
+        } else {
+            (void)ex, (void)w, (void)weight_sum;
+        }
     }
 
     Comm& comm_;

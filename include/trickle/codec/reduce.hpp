@@ -307,15 +307,15 @@ namespace detail {
 // has their bodies). Block-scaled codecs run each with a group of lanes per block (their
 // lane coder, codec/lanes.hpp); element codecs with an index per block of one value. The
 // same bytes either way. bench_cuda times the encode and decode passes through these.
-template <class Codec, class Exec, class Words>
-void encode_slots_pass(const Exec& ex, const Codec& c, const slot_layout& at, float* values, float* residual,
+template <class Codec, class Exec, class Words, value_source Source>
+void encode_slots_pass(const Exec& ex, const Codec& c, const slot_layout& at, const Source& source, float* residual,
                        float beta, std::byte* slots, const Words& words) {
     if constexpr (has_lane_coder<Codec>)
         for_each_lane_group(ex, at.blocks, lane_group_shift(at.B),
-                            encode_slots_lanes<lane_coder<Codec>, Words>{lane_coder<Codec>{{c}}, at, values, residual,
-                                                                         beta, slots, words});
+                            encode_slots_lanes<lane_coder<Codec>, Words, Source>{lane_coder<Codec>{{c}}, at, source,
+                                                                                 residual, beta, slots, words});
     else
-        for_each_index(ex, at.blocks, encode_slots_body<Codec, Words>{c, at, values, residual, beta, slots, words});
+        for_each_index(ex, at.blocks, encode_slots_body<Codec, Words, Source>{c, at, source, residual, beta, slots, words});
 }
 
 // part is the thread-per-block form's scratch (chunk values); the lane form needs none.
@@ -329,33 +329,54 @@ void sum_slots_pass(const Exec& ex, const Codec& c, const slot_layout& at, int m
         for_each_index(ex, at.chunk_blocks(me), sum_slots_body<Codec, Words>{c, at, me, in, sum, part, out, words});
 }
 
-template <class Codec, class Exec>
-void decode_slots_pass(const Exec& ex, const Codec& c, const slot_layout& at, const std::byte* in, float* values) {
+template <class Codec, class Exec, value_sink Sink>
+void decode_slots_pass(const Exec& ex, const Codec& c, const slot_layout& at, const std::byte* in, const Sink& sink) {
     if constexpr (has_lane_coder<Codec>)
         for_each_lane_group(ex, at.blocks, lane_group_shift(at.B),
-                            decode_slots_lanes<lane_coder<Codec>>{lane_coder<Codec>{{c}}, at, in, values});
+                            decode_slots_lanes<lane_coder<Codec>, Sink>{lane_coder<Codec>{{c}}, at, in, sink});
     else
-        for_each_index(ex, at.blocks, decode_slots_body<Codec>{c, at, in, values});
+        for_each_index(ex, at.blocks, decode_slots_body<Codec, Sink>{c, at, in, sink});
 }
 
 } // namespace detail
 
-// encoded_all_reduce as three passes (detail::encode_slots_pass, sum_slots_pass,
-// decode_slots_pass) on execution space ex, with the communicator's byte collectives
-// between them: how the CUDA backend runs it, on device memory through comm::nccl or
-// comm::local_cuda, enqueued on the stream and never waiting for the device. The bytes
-// sent and the bits of buf afterwards are those of encoded_all_reduce with the same
-// arguments (tested on the host, where the same function runs with exec::host and
-// comm::local). buf, residual and the scratch are in the communicator's memory space; the
+// Whether encoded_all_reduce_blocks_fused takes a source and a sink with codec c: a lane
+// coder, or blocks of one value (every built-in codec; a user codec with larger blocks and
+// no lane coder takes arrays only).
+template <class Codec>
+bool fuses_values(const Codec& c) {
+    if constexpr (type_erased_codec<Codec>)
+        return std::visit([](const auto& held) { return fuses_values(held); }, c.held);
+    else if constexpr (has_lane_coder<Codec>)
+        return true;
+    else
+        return c.block_values() <= 1;
+}
+
+// encoded_all_reduce with the caller's passes fused into the encoding and the decoding,
+// as three passes (detail::encode_slots_pass, sum_slots_pass, decode_slots_pass) on
+// execution space ex with the communicator's byte collectives between them: the encode
+// pass takes the n values from source(i, count, out), the decode pass hands their sums to
+// sink(i, count, in) (kernels/codec_pass.hpp: value_source, value_sink), so no fp32 array
+// of the values is stored. How the CUDA backend runs it, on device memory through
+// comm::nccl or comm::local_cuda, enqueued on the stream and never waiting for the
+// device; DiLoCo's device outer step passes its outer gradient and its update. The bytes
+// sent and the sums handed over are those of encoded_all_reduce over the values the
+// source gives (tested on the host, where the same function runs with exec::host and
+// comm::local). The residual and the scratch are in the communicator's memory space; the
 // scratch must have been reserved for at least n values and comm.size() ranks. A
-// codec::any is resolved on the host and its held codec runs. Returns the workers summed.
-template <codec_policy Codec, byte_communicator Comm, class Exec>
-int encoded_all_reduce_blocks(const Codec& c, Comm& comm, const Exec& ex, float* buf, std::size_t n,
-                              block_reduce_scratch<typename Comm::memory_space>& s, float* residual = nullptr,
-                              float beta = 0.0f, const rounding& how = {}) {
+// codec::any is resolved on the host and its held codec runs. A codec without a lane
+// coder must code one value a block (every element codec does). Returns the workers summed.
+template <codec_policy Codec, byte_communicator Comm, class Exec, value_source Source, value_sink Sink>
+int encoded_all_reduce_blocks_fused(const Codec& c, Comm& comm, const Exec& ex, std::size_t n,
+                                    block_reduce_scratch<typename Comm::memory_space>& s, const Source& source,
+                                    const Sink& sink, float* residual = nullptr, float beta = 0.0f,
+                                    const rounding& how = {}) {
     if constexpr (type_erased_codec<Codec>) {
         return std::visit(
-            [&](const auto& held) { return encoded_all_reduce_blocks(held, comm, ex, buf, n, s, residual, beta, how); },
+            [&](const auto& held) {
+                return encoded_all_reduce_blocks_fused(held, comm, ex, n, s, source, sink, residual, beta, how);
+            },
             c.held);
     } else {
         const int N = comm.size(), me = comm.rank();
@@ -366,6 +387,10 @@ int encoded_all_reduce_blocks(const Codec& c, Comm& comm, const Exec& ex, float*
                     s.sum.size() >= reduce_scratch::max_chunk_values(c, n, N) && s.part.size() >= s.sum.size(),
                 "codec::encoded_all_reduce_blocks: the scratch was reserved for fewer values than ", n, " or ranks than ",
                 N);
+        constexpr bool arrays = std::is_same_v<Source, array_source> && std::is_same_v<Sink, array_sink>;
+        if constexpr (!arrays)
+            require(fuses_values(c), "codec::encoded_all_reduce_blocks_fused: codec::", Codec::name, " codes blocks of ",
+                    B, " values without a lane form; a source and a sink need blocks of one value or a lane coder");
         constexpr bool can_round = requires(const float* in, std::byte* out, const philox_words& w) {
             c.encode_block(in, std::size_t{}, out, w, std::size_t{});
         };
@@ -382,7 +407,7 @@ int encoded_all_reduce_blocks(const Codec& c, Comm& comm, const Exec& ex, float*
 
         // 1. Every chunk encoded into its slot (error feedback first), the tails zeroed.
         for_each_index(ex, NS, zero_slot_tails_body<Codec>{c, at, send, 0});
-        with_words(me, [&](const auto& words) { detail::encode_slots_pass(ex, c, at, buf, residual, beta, send, words); });
+        with_words(me, [&](const auto& words) { detail::encode_slots_pass(ex, c, at, source, residual, beta, send, words); });
         comm.all_to_all(send, recv, at.E);
 
         // 2. My chunk's sum in rank order, encoded into my outgoing slot.
@@ -393,9 +418,19 @@ int encoded_all_reduce_blocks(const Codec& c, Comm& comm, const Exec& ex, float*
 
         // 3. The encoded sums to everyone; every worker decodes the same bytes.
         comm.all_gather(send, recv, at.E);
-        detail::decode_slots_pass(ex, c, at, recv, buf);
+        detail::decode_slots_pass(ex, c, at, recv, sink);
         return N;
     }
+}
+
+// The same over the array buf: its n values summed over the workers in place (buf is in
+// the communicator's memory space). The form SPARTA's route and DiLoCo's unfused passes
+// use.
+template <codec_policy Codec, byte_communicator Comm, class Exec>
+int encoded_all_reduce_blocks(const Codec& c, Comm& comm, const Exec& ex, float* buf, std::size_t n,
+                              block_reduce_scratch<typename Comm::memory_space>& s, float* residual = nullptr,
+                              float beta = 0.0f, const rounding& how = {}) {
+    return encoded_all_reduce_blocks_fused(c, comm, ex, n, s, array_source{buf}, array_sink{buf}, residual, beta, how);
 }
 
 } // namespace codec

@@ -37,6 +37,11 @@
 // write neighbouring code bytes, and the scale comes from a reduction over the group. The
 // two forms write the same bytes and values (tests/codec/test_lanes.cpp, on the host through
 // the lane emulation).
+//
+// The encode pass takes its values from a source and the decode pass hands the sums to a
+// sink (value_source, value_sink below): an fp32 array for the all-reduce of an array, or
+// a caller's functors that compute the values and consume the sums, which fuses the
+// caller's own passes into these (DiLoCo's outer gradient and update on the device).
 #pragma once
 
 #include <trickle/config.hpp>
@@ -55,6 +60,48 @@ TRICKLE_HOST_DEVICE float feedback_value(float x, float beta, float r) { return 
 
 // Round-to-nearest encoding: no words.
 struct nearest_words {};
+
+// Values of a quad: what a lane of the lane forms below codes at a time.
+inline constexpr std::size_t lane_quad = 4;
+
+// Where the encode pass takes its values and the decode pass leaves them. The encoded
+// all-reduce of an array reads and writes fp32 values in memory (array_source,
+// array_sink); a fused caller passes functors instead, which compute the values from its
+// own state and apply the sums to it, so that no fp32 array is stored (DiLoCo's outer
+// step: the outer gradient produced from the parameters, the update consuming the sums):
+//   source(i, count, out)   writes values [i, i + count) into out[0, count)
+//   sink(i, count, in)      takes the sums of values [i, i + count) from in[0, count)
+// with count <= lane_quad (a lane's quad; 1 for an element codec's value). Both are called on
+// the pass's execution space and must be trivially copyable. A source must give the same
+// values each time it is asked (the lane form reads a quad twice: for the block's scale,
+// then to encode it).
+template <class S>
+concept value_source = std::is_trivially_copyable_v<S> && requires(const S& s, std::size_t i, float* out) {
+    s(i, i, out);
+};
+template <class S>
+concept value_sink = std::is_trivially_copyable_v<S> && requires(const S& s, std::size_t i, const float* in) {
+    s(i, i, in);
+};
+
+// (Writable: the thread-per-block form applies error feedback in place.)
+struct array_source {
+    float* values = nullptr;
+    TRICKLE_HOST_DEVICE void operator()(std::size_t i, std::size_t count, float* out) const {
+        TRICKLE_UNROLL
+        for (std::size_t t = 0; t < lane_quad; ++t)
+            if (t < count) out[t] = values[i + t];
+    }
+};
+
+struct array_sink {
+    float* values = nullptr;
+    TRICKLE_HOST_DEVICE void operator()(std::size_t i, std::size_t count, const float* in) const {
+        TRICKLE_UNROLL
+        for (std::size_t t = 0; t < lane_quad; ++t)
+            if (t < count) values[i + t] = in[t];
+    }
+};
 
 // Encodes one block of m values, to nearest or with value j taking words(first + j).
 template <class C, class Words>
@@ -95,12 +142,13 @@ struct slot_layout {
 
 // Index b < L.blocks: with a residual, values[i] = feedback_value(values[i], beta,
 // residual[i]) for the block's values; the block encoded into its owner's slot of `slots`
-// (N slots of E bytes); then residual[i] = values[i] - decode(code)[i].
-template <class C, class Words = nearest_words>
+// (N slots of E bytes); then residual[i] = values[i] - decode(code)[i]. With a source
+// other than an array, blocks are single values (element codecs; the caller checks B = 1).
+template <class C, class Words = nearest_words, value_source Source = array_source>
 struct encode_slots_body {
     C codec{};
     slot_layout at{};
-    float* values = nullptr;
+    Source source{};
     float* residual = nullptr; // null: no error feedback
     float beta = 0.0f;
     std::byte* slots = nullptr;
@@ -110,14 +158,27 @@ struct encode_slots_body {
         const std::size_t i0 = b * at.B, m = at.block_size(b);
         const int r = at.owner(b);
         std::byte* out = slots + static_cast<std::size_t>(r) * at.E + codec.block_offset(b - at.first_block(r));
-        float* x = values + i0;
-        if (residual != nullptr)
-            for (std::size_t j = 0; j < m; ++j) x[j] = feedback_value(x[j], beta, residual[i0 + j]);
-        encode_block_with(codec, x, m, out, words, i0);
-        if (residual != nullptr) {
-            float* res = residual + i0;
-            codec.decode_block(out, m, res);
-            for (std::size_t j = 0; j < m; ++j) res[j] = sub_rn(x[j], res[j]);
+        if constexpr (std::is_same_v<Source, array_source>) {
+            // In place: the fed-back values stay in the array until the decode overwrites them.
+            float* x = source.values + i0;
+            if (residual != nullptr)
+                for (std::size_t j = 0; j < m; ++j) x[j] = feedback_value(x[j], beta, residual[i0 + j]);
+            encode_block_with(codec, x, m, out, words, i0);
+            if (residual != nullptr) {
+                float* res = residual + i0;
+                codec.decode_block(out, m, res);
+                for (std::size_t j = 0; j < m; ++j) res[j] = sub_rn(x[j], res[j]);
+            }
+        } else {
+            float x;
+            source(i0, 1, &x);
+            if (residual != nullptr) x = feedback_value(x, beta, residual[i0]);
+            encode_block_with(codec, &x, 1, out, words, i0);
+            if (residual != nullptr) {
+                float d;
+                codec.decode_block(out, 1, &d);
+                residual[i0] = sub_rn(x, d);
+            }
         }
     }
 };
@@ -152,18 +213,25 @@ struct sum_slots_body {
     }
 };
 
-// Index b < L.blocks: block b decoded from its owner's slot of `in` into values.
-template <class C>
+// Index b < L.blocks: block b decoded from its owner's slot of `in` into values (with a
+// sink other than an array: given to the sink; single-value blocks, as for the source).
+template <class C, value_sink Sink = array_sink>
 struct decode_slots_body {
     C codec{};
     slot_layout at{};
     const std::byte* in = nullptr;
-    float* values = nullptr;
+    Sink sink{};
 
     TRICKLE_HOST_DEVICE void operator()(std::size_t b) const {
         const int r = at.owner(b);
         const std::byte* code = in + static_cast<std::size_t>(r) * at.E + codec.block_offset(b - at.first_block(r));
-        codec.decode_block(code, at.block_size(b), values + b * at.B);
+        if constexpr (std::is_same_v<Sink, array_sink>) {
+            codec.decode_block(code, at.block_size(b), sink.values + b * at.B);
+        } else {
+            float v;
+            codec.decode_block(code, 1, &v);
+            sink(b * at.B, 1, &v);
+        }
     }
 };
 
@@ -189,7 +257,6 @@ struct zero_slot_tails_body {
 // store_header(p, record), encode_quad(p, x, count, j, m, record, decoded[, words, first]),
 // decode_quad(record, j, count, out) (codec/lanes.hpp).
 
-inline constexpr std::size_t lane_quad = 4; // values of a quad
 
 // Lanes a block of B values takes: enough for a quad each, a power of two, at most a warp.
 TRICKLE_HOST_DEVICE unsigned lane_group_shift(std::size_t B) {
@@ -213,12 +280,12 @@ TRICKLE_HOST_DEVICE void encode_quad_with(const Lanes& lc, const auto& p, const 
 // encode_slots_body's work on unit b = block b: the lanes apply error feedback to their
 // quads and reduce the block's extent, then lane 0 writes the header and each lane encodes
 // its quads and keeps their residual.
-template <class Lanes, class Words = nearest_words>
+template <class Lanes, class Words = nearest_words, value_source Source = array_source>
 struct encode_slots_lanes {
     using extent_type = typename Lanes::extent_type;
     Lanes lanes{};
     slot_layout at{};
-    float* values = nullptr;
+    Source source{};
     float* residual = nullptr;
     float beta = 0.0f;
     std::byte* slots = nullptr;
@@ -232,15 +299,21 @@ struct encode_slots_lanes {
         extent_type e{};
         for (std::size_t j = lane * lane_quad; j < m; j += G * lane_quad) {
             const std::size_t count = m - j < lane_quad ? m - j : lane_quad;
-            float* x = values + i0 + j;
-            if (residual != nullptr) {
-                TRICKLE_UNROLL
-                for (std::size_t t = 0; t < lane_quad; ++t)
-                    if (t < count) x[t] = feedback_value(x[t], beta, residual[i0 + j + t]);
-            }
+            float x[lane_quad];
+            quad(i0 + j, count, x);
             e = Lanes::combine(e, lanes.extent(x, count));
         }
         return e;
+    }
+    // The quad's values to encode: the source's, with error feedback (the same bits in
+    // both phases, so nothing is written back).
+    TRICKLE_HOST_DEVICE void quad(std::size_t i, std::size_t count, float (&x)[lane_quad]) const {
+        source(i, count, x);
+        if (residual != nullptr) {
+            TRICKLE_UNROLL
+            for (std::size_t t = 0; t < lane_quad; ++t)
+                if (t < count) x[t] = feedback_value(x[t], beta, residual[i + t]);
+        }
     }
     TRICKLE_HOST_DEVICE void second(std::size_t b, unsigned lane, unsigned G, const extent_type& e) const {
         const std::size_t i0 = b * at.B, m = at.block_size(b);
@@ -250,7 +323,8 @@ struct encode_slots_lanes {
         if (lane == 0) lanes.store_header(p, record);
         for (std::size_t j = lane * lane_quad; j < m; j += G * lane_quad) {
             const std::size_t count = m - j < lane_quad ? m - j : lane_quad;
-            const float* x = values + i0 + j;
+            float x[lane_quad];
+            quad(i0 + j, count, x);
             // Always decoded (four products), so the array is never behind a null-or-not
             // pointer, which would put it in local memory.
             float decoded[lane_quad];
@@ -318,22 +392,27 @@ struct sum_slots_lanes {
 // Nothing to reduce.
 struct no_extent {};
 
-// decode_slots_body's work on unit b = block b: each lane decodes its quads.
-template <class Lanes>
+// decode_slots_body's work on unit b = block b: each lane decodes its quads and gives
+// them to the sink.
+template <class Lanes, value_sink Sink = array_sink>
 struct decode_slots_lanes {
     using extent_type = no_extent;
     Lanes lanes{};
     slot_layout at{};
     const std::byte* in = nullptr;
-    float* values = nullptr;
+    Sink sink{};
 
     TRICKLE_HOST_DEVICE static no_extent combine(const no_extent&, const no_extent&) { return {}; }
     TRICKLE_HOST_DEVICE no_extent first(std::size_t b, unsigned lane, unsigned G) const {
         const int r = at.owner(b);
         const std::byte* record = in + static_cast<std::size_t>(r) * at.E + lanes.block_offset(b - at.first_block(r));
         const std::size_t m = at.block_size(b);
-        for (std::size_t j = lane * lane_quad; j < m; j += G * lane_quad)
-            lanes.decode_quad(record, j, m - j < lane_quad ? m - j : lane_quad, values + b * at.B + j);
+        for (std::size_t j = lane * lane_quad; j < m; j += G * lane_quad) {
+            const std::size_t count = m - j < lane_quad ? m - j : lane_quad;
+            float v[lane_quad];
+            lanes.decode_quad(record, j, count, v);
+            sink(b * at.B + j, count, v);
+        }
         return {};
     }
     TRICKLE_HOST_DEVICE void second(std::size_t, unsigned, unsigned, const no_extent&) const {}

@@ -185,6 +185,30 @@ public:
         }
     }
 
+    // The summed route on device memory with the passes fused the same way
+    // (codec::encoded_all_reduce_blocks_fused): source(i, count, out) produces values
+    // [i, i + count), sink(i, count, in) takes their sums, both device functors
+    // (kernels/codec_pass.hpp's value_source, value_sink) run inside the encode and decode
+    // passes; no fp32 array of the values is stored. The same bits and bytes as sum()
+    // between two separate passes.
+    static constexpr bool can_fuse_device = on_device && byte_communicator<Comm> && !sparsified;
+    bool fuses_on_device() const {
+        if constexpr (can_fuse_device)
+            return summed_ && codec::fuses_values(codec_);
+        else
+            return false;
+    }
+    template <class Exec, class Source, class Sink>
+    void sum_fused_device(const Exec& ex, Comm& comm, std::size_t n, std::uint64_t round, const Source& source,
+                          const Sink& sink) {
+        if constexpr (can_fuse_device) {
+            codec::encoded_all_reduce_blocks_fused(codec_, comm, ex, n, device_scratch_, source, sink,
+                                                   feedback_ ? residual_data() : nullptr, beta_, rounding(round));
+        } else {
+            (void)ex, (void)comm, (void)n, (void)round, (void)source, (void)sink;
+        }
+    }
+
     // What an exchange of n values sent, by part, once it completed; `last` its traffic.
     // The plain route's bytes are all codes; an encoded one's parts come from the codec's
     // cost model (summed) or the link's count (linked), the weight's sum as scales.

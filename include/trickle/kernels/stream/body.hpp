@@ -156,19 +156,77 @@ struct outer_update_body {
         return s;
     }
 
-private:
-    TRICKLE_HOST_DEVICE void element(std::size_t k, std::size_t i, T& param, float f) const {
+    // Element i's whole update from its received value r: snapshot, state and parameter.
+    TRICKLE_HOST_DEVICE void apply(std::size_t i, T& param, float r, float f) const {
         float s = snapshot[i];
         constexpr int slots = Rule::state_slots;
         // Gathered into registers so the rule never depends on the memory layout.
         const std::size_t n = params.total;
         float st[slots > 0 ? slots : 1];
         for (int j = 0; j < slots; ++j) st[j] = state[outer_state_index(j, i, n)];
-        update(recv.load(k), f, s, st);
+        update(r, f, s, st);
         for (int j = 0; j < slots; ++j) state[outer_state_index(j, i, n)] = st[j];
         snapshot[i] = s;
         param = from_float<T>(s);
     }
+
+private:
+    TRICKLE_HOST_DEVICE void element(std::size_t k, std::size_t i, T& param, float f) const {
+        apply(i, param, recv.load(k), f);
+    }
+};
+
+// Calls f(t, param) for t < count <= 4 with param the element i + t of the group: one
+// segment lookup, then a step to the next segment where the quad crosses into it. The
+// loop has a constant trip count, so the caller's quad arrays stay in registers.
+template <class T, class F>
+TRICKLE_HOST_DEVICE void for_each_in_quad(const flat_view<T>& params, std::size_t i, std::size_t count, F&& f) {
+    const segment<T>* s = params.segment_holding(i);
+    TRICKLE_UNROLL
+    for (std::size_t t = 0; t < 4; ++t) {
+        if (t < count) {
+            const std::size_t k = i + t;
+            while (k >= s->offset + s->size) ++s;
+            f(t, s->data[k - s->offset]);
+        }
+    }
+}
+
+// Index 0 stores value at *at: a fused outer step's weight, written on the device before
+// its exact sum.
+struct store_scalar_body {
+    float* at = nullptr;
+    float value = 0.0f;
+    TRICKLE_HOST_DEVICE void operator()(std::size_t) const { *at = value; }
+};
+
+// DiLoCo's outer gradient as the source of an encoded all-reduce's encode pass
+// (codec::encoded_all_reduce_blocks_fused, kernels/codec_pass.hpp's value_source): value i
+// is what outer_delta_body sends for element i, computed from the snapshot and the
+// parameters as the pass asks for it, so the outer gradient is never stored.
+template <element_type T>
+struct outer_delta_source {
+    flat_view<T> params;
+    const float* snapshot = nullptr;
+    float weight = 1.0f;
+
+    TRICKLE_HOST_DEVICE void operator()(std::size_t i, std::size_t count, float* out) const {
+        const outer_delta_body<T> delta{params, snapshot, {}, weight, nullptr, 0};
+        for_each_in_quad(params, i, count, [&](std::size_t t, const T& p) { out[t] = delta.value(snapshot[i + t], p); });
+    }
+};
+
+// DiLoCo's outer update as the sink of the decode pass: element i takes the sum of value
+// i (the update body's apply, with the factor read once a quad).
+template <element_type T, outer_rule Rule>
+struct outer_update_sink {
+    outer_update_body<T, Rule> update;
+
+    TRICKLE_HOST_DEVICE void operator()(std::size_t i, std::size_t count, const float* in) const {
+        const float f = update.factor();
+        for_each_in_quad(params(), i, count, [&](std::size_t t, T& p) { update.apply(i + t, p, in[t], f); });
+    }
+    TRICKLE_HOST_DEVICE const flat_view<T>& params() const { return update.params; }
 };
 
 // Start of a run (or a resynchronisation): snapshot[i] = float(params[i]), i = first + k.
