@@ -229,6 +229,13 @@ std::vector<reduce_outcome> reduce_twice(const Codec& c, int N, std::size_t n, b
     return out;
 }
 
+// The same values, residual and traffic, bit for bit.
+void check_same_outcome(const reduce_outcome& got, const reduce_outcome& want) {
+    CHECK(bitwise_equal(got.values, want.values));
+    CHECK(bitwise_equal(got.residual, want.residual));
+    CHECK(got.traffic == want.traffic);
+}
+
 template <class Codec>
 void check_block_form(const Codec& c, bool stochastic) {
     for (int N : {1, 2, 3, 4})
@@ -240,9 +247,7 @@ void check_block_form(const Codec& c, bool stochastic) {
                     INFO(Codec::name, ": N = ", N, ", n = ", n, ", beta = ", beta, ", stochastic = ", stochastic,
                          ", rank ", r);
                     const auto R = static_cast<std::size_t>(r);
-                    CHECK(bitwise_equal(blocks[R].values, tiled[R].values));
-                    CHECK(bitwise_equal(blocks[R].residual, tiled[R].residual));
-                    CHECK(blocks[R].traffic == tiled[R].traffic);
+                    check_same_outcome(blocks[R], tiled[R]);
                     // Every worker decodes the same bytes.
                     CHECK(bitwise_equal(blocks[R].values, blocks[0].values));
                 }
@@ -344,9 +349,7 @@ void check_fused_form(const Codec& c, bool stochastic) {
                     INFO(Codec::name, ": N = ", N, ", n = ", n, ", beta = ", beta, ", stochastic = ", stochastic,
                          ", rank ", r);
                     const auto R = static_cast<std::size_t>(r);
-                    CHECK(bitwise_equal(fused[R].values, arrays[R].values));
-                    CHECK(bitwise_equal(fused[R].residual, arrays[R].residual));
-                    CHECK(fused[R].traffic == arrays[R].traffic);
+                    check_same_outcome(fused[R], arrays[R]);
                     CHECK(std::count(hits[R].begin(), hits[R].end(), 1) == static_cast<std::ptrdiff_t>(n));
                 }
             }
