@@ -67,11 +67,14 @@ cmake --build "$build" --target bench_cuda -j "$jobs"
 
 # Three repetitions of every case; the 234M-element "HBM" cases (0.9 GB in fp32) take a few
 # seconds each to set up (positions are counted on the host to get the sector model).
+# min_time counts the time per call while an iteration is a batch of about 1 ms (see
+# scripts/gpu_check.sh): 0.01 s is about 0.01 / t_call batches, 2 s of wall time for a
+# 5 us case (it was 0.1: 20 s, for each of the three repetitions).
 run_pass() { # run_pass NAME [flags...]
     local name=$1
     shift
     "$build/benchmarks/bench_cuda" \
-        --benchmark_repetitions=3 --benchmark_min_time=0.1 --benchmark_display_aggregates_only=true \
+        --benchmark_repetitions=3 --benchmark_min_time=0.01 --benchmark_display_aggregates_only=true \
         --benchmark_out="$out/$name.json" --benchmark_out_format=json \
         "$@" | tee "$out/$name.console"
 }

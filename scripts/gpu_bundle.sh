@@ -5,7 +5,7 @@
 #
 #   cmake --preset cuda -DTRICKLE_BUILD_BENCHMARKS=ON && cmake --build --preset cuda --target trickle_cuda_checks
 #   scripts/gpu_bundle.sh            # then: run scripts/gpu_check.sh OUT, carrying build/gpu
-#   GPU_BUNDLE_BEFORE=95590b5 scripts/gpu_bundle.sh
+#   GPU_BUNDLE_BEFORE=95590b5 GPU_BUNDLE_PYTHON=0 scripts/gpu_bundle.sh   (for the quick check)
 #       also builds bench_cuda at that commit (a git worktree in build/before-src, sm_90
 #       only, Release, no tests) into build/gpu/before/bench_cuda, for the quick mode's
 #       before-and-after table (GPU_CHECK_QUICK=1 scripts/gpu_check.sh); 95590b5 is the
@@ -22,7 +22,8 @@ for t in "$src"/tests/cuda/test_* "$src"/tests/codec/test_codec_cuda; do
 done
 [[ -x "$src/examples/04_gpu_workers/gpu_workers" ]] && cp "$src/examples/04_gpu_workers/gpu_workers" "$dst/examples/04_gpu_workers/"
 [[ -x "$src/benchmarks/bench_cuda" ]] && cp "$src/benchmarks/bench_cuda" "$dst/benchmarks/"
-strip --strip-debug "$dst"/tests/cuda/* "$dst"/examples/04_gpu_workers/* "$dst"/benchmarks/* 2> /dev/null || true
+# Symbols too: a carried binary only has to run (64 MiB carry limit, the tree included).
+strip --strip-unneeded "$dst"/tests/cuda/* "$dst"/examples/04_gpu_workers/* "$dst"/benchmarks/* 2> /dev/null || true
 # The small shared libraries they need that a GPU machine may lack or hold in another
 # version (the CUDA runtime, Google Benchmark); NCCL is too large to carry: gpu_check.sh
 # looks for the GPU machine's own (its Python's nvidia-nccl wheel, say).
@@ -35,7 +36,10 @@ done
 # The Python package, where a CUDA build of it is installed (TRICKLE_PY_SITE: that
 # site-packages; default the PyPI torch environment of scripts/pypi_torch.sh), for
 # gpu_check.sh's Python stage on a GPU machine with the same torch.
-site=${TRICKLE_PY_SITE:-$(ls -d "$root"/build/pypi-torch/lib/python3*/site-packages 2> /dev/null | head -1)}
+# GPU_BUNDLE_PYTHON=0 leaves it out (the quick check has no Python stage, and the package's
+# 27 MB would not fit beside the tree and the rest under the 64 MiB carry limit).
+site=${TRICKLE_PY_SITE:-$(ls -d "$root"/build/pypi-torch/lib/python3*/site-packages 2> /dev/null | head -1 || true)}
+[[ "${GPU_BUNDLE_PYTHON:-1}" == 0 ]] && site=
 if [[ -n "$site" && -f "$site/trickle/__init__.py" ]] && ls "$site"/trickle/_C*.so > /dev/null 2>&1; then
     mkdir -p "$dst/python"
     cp -r "$site/trickle" "$dst/python/"
@@ -60,7 +64,7 @@ if [[ -n "${GPU_BUNDLE_BEFORE:-}" ]]; then
         { echo "$0: the build of bench_cuda at $rev failed: see $bb.log" >&2; exit 1; }
     mkdir -p "$dst/before"
     cp "$bb/benchmarks/bench_cuda" "$dst/before/"
-    strip --strip-debug "$dst/before/bench_cuda" 2> /dev/null || true
+    strip --strip-unneeded "$dst/before/bench_cuda" 2> /dev/null || true
     echo "$rev" > "$dst/before/commit"
     echo "gpu_bundle: bench_cuda at $rev in $dst/before"
 fi

@@ -12,9 +12,14 @@
 # the device path: SPARTA gather and scatter (block256), the fused pair (block256, block32,
 # block4096, uniform, permutation, layerwise) at p = 0.5%, 1% and 5% on the L2 and HBM
 # groups, and the device codecs (bf16, int8_block64, sign2_block64), one repetition each
-# with a bounded timing loop (--benchmark_min_time=0.02: a few batches of about 1 ms of
-# CUDA-event-timed calls). Where the bundle holds an earlier build's benchmark
-# ($BUILD_DIR/before/bench_cuda: GPU_BUNDLE_BEFORE=<rev> scripts/gpu_bundle.sh), it runs
+# with a bounded timing loop (--benchmark_min_time=0.002, below). bench_cuda times each
+# iteration as a batch of calls lasting about 1 ms (CUDA events) but reports the time per
+# call, so Google Benchmark's min_time counts call time: min_time m runs about m / t_call
+# batches, m * 1 ms / t_call of wall time. At the full suite's old 0.05 s a 5 us case ran
+# 10,000 batches (10 s, times 3 repetitions: why the first H200 run covered 29 cases in
+# 390 s); 0.002 s runs 400 (0.4 s), still over 40,000 calls. Where the bundle holds an earlier build's benchmark
+# ($BUILD_DIR/before/bench_cuda: GPU_BUNDLE_BEFORE=<rev> GPU_BUNDLE_PYTHON=0
+# scripts/gpu_bundle.sh, 54 MB with the 2026-11-30 build's, carried as build/gpu), it runs
 # the same cases with that one, and OUTDIR/table.md is the headline table before and after,
 # each as % of the B_copy its own run measured (scripts/bench_tables.py --headline). The
 # whole quick check is meant to take under 4 minutes of GPU time on one H100/H200; that is
@@ -244,7 +249,7 @@ bench="$build/benchmarks/bench_cuda"
 before_bench="$build/before/bench_cuda"
 after_json=() before_json=()
 if [[ "$quick" == 1 ]]; then
-    quick_args=(--benchmark_filter="$headline_filter" --benchmark_repetitions=1 --benchmark_min_time=0.02)
+    quick_args=(--benchmark_filter="$headline_filter" --benchmark_repetitions=1 --benchmark_min_time=0.002)
     for which in after before; do
         if [[ $which == after ]]; then b=$bench; else b=$before_bench; fi
         if [[ "$dry" != 1 && ! -x "$b" ]]; then
@@ -274,7 +279,7 @@ elif [[ -x "$bench" && "$dry" != 1 ]]; then
     log "bench_cuda: the L2, DRAM (4x L2) and HBM groups, and the device codec passes"
     left=$(( bench_until - ($(date +%s) - start) ))
     (( left < 30 )) && left=30
-    timeout "$left" "$bench" --benchmark_filter='^copy/|/(L2|DRAM|HBM)(/manual_time)?$|^codec/' --benchmark_repetitions=3 --benchmark_min_time=0.05 \
+    timeout "$left" "$bench" --benchmark_filter='^copy/|/(L2|DRAM|HBM)(/manual_time)?$|^codec/' --benchmark_repetitions=3 --benchmark_min_time=0.005 \
         --benchmark_display_aggregates_only=true --benchmark_out="$out/bench_cuda.json" --benchmark_out_format=json \
         > "$out/bench_cuda.console" 2>&1 || log "bench_cuda stopped early (see bench_cuda.console)"
 else
