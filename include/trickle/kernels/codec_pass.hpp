@@ -261,7 +261,7 @@ struct zero_slot_tails_body {
 // Lanes a block of B values takes: enough for a quad each, a power of two, at most a warp.
 TRICKLE_HOST_DEVICE unsigned lane_group_shift(std::size_t B) {
     unsigned s = 0;
-    while (s < 5 && (lane_quad << s) < B) ++s;
+    while (s < detail::max_lane_shift && (lane_quad << s) < B) ++s;
     return s;
 }
 
