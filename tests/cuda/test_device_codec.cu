@@ -1,9 +1,10 @@
-// Compression on the device: SPARTA, DiLoCo and SPARTA + DiLoCo with value codecs (bf16,
-// fp8, fp8_block, int8, int4, sign2; stochastic rounding; error feedback) over N workers on
-// one GPU (comm::local_cuda's byte collectives, and codec::encoded_link through the gossip,
-// ring, islands and exponential topologies) give exactly the host's replicas; the
-// device's error-feedback residual survives a checkpoint; sparsifiers are refused on the
-// device, on every worker.
+// Compression on the device, DiLoCo: value codecs (fp8, fp8_block, int8, int4, sign2;
+// stochastic rounding; error feedback; codec::any) over N workers on one GPU
+// (comm::local_cuda's byte collectives) give exactly the host's replicas; the device's
+// error-feedback residual survives a checkpoint; sparsifiers are refused on the device, on
+// every worker. SPARTA's codecs are in test_device_codec_sparta.cu, the topologies' links
+// in test_device_codec_link.cu (three translation units, so that the CUDA build compiles
+// them on both cores).
 #include "device_path.hpp"
 
 using namespace device_path;
@@ -19,17 +20,9 @@ auto make_coded_diloco(diloco_options o, Codec codec) {
     };
 }
 
-template <class Codec, class S = sampler::uniform>
-auto make_coded_sparta(sparta_options o, Codec codec, S s = {}) {
-    return [=](const auto& g, auto& c) {
-        return sparta<S, schedule::constant, topology::all_reduce, Codec>(g, c, o, s, schedule::constant{},
-                                                                          topology::all_reduce{}, codec);
-    };
-}
-
 } // namespace
 
-TEST_CASE_TEMPLATE("N workers on one GPU give the host's replicas through every value codec", T, float,
+TEST_CASE_TEMPLATE("N workers on one GPU give the host's replicas through every value codec: DiLoCo", T, float,
                    trickle::bfloat16) {
     for (int workers : {1, 2, 3}) {
         const auto& layout = odd_layout;
@@ -48,56 +41,6 @@ TEST_CASE_TEMPLATE("N workers on one GPU give the host's replicas through every 
         compare<T>(workers, layout, 4, make_coded_diloco({.interval = 2}, codec::any{codec::int4_block{.symmetric = false}}),
                    "diloco any(int4 min-max)");
         compare<T>(workers, layout, 4, make_coded_diloco({.interval = 2}, codec::fp8_block{}), "diloco fp8_block");
-        compare<T>(workers, layout, 5, make_coded_sparta({.fraction = 0.01, .seed = 7}, codec::native{}),
-                   "sparta native");
-        compare<T>(workers, layout, 5, make_coded_sparta({.fraction = 0.02, .seed = 7}, codec::fp8_e5m2{}),
-                   "sparta fp8_e5m2");
-        compare<T>(workers, layout, 5,
-                   make_coded_sparta({.fraction = 0.05, .seed = 2, .stochastic_rounding = true},
-                                     codec::int8_block{.block_size = 32}, sampler::block{.block_size = 64}),
-                   "sparta block sampler, int8, stochastic rounding");
-        compare<T>(workers, layout, 6,
-                   [](const auto& g, auto& c) {
-                       return sparta_diloco<sampler::uniform, schedule::constant, topology::all_reduce, outer::nesterov,
-                                            codec::bf16, codec::int8_block>(
-                           g, c, {.fraction = 0.02, .seed = 1}, {.interval = 3, .error_feedback = 0.5});
-                   },
-                   "sparta (bf16) + diloco (int8, error feedback)");
-    }
-}
-
-TEST_CASE_TEMPLATE("through gossip, ring and islands (codec::encoded_link) N workers on one GPU give the host's "
-                   "replicas",
-                   T, float, trickle::bfloat16) {
-    for (int workers : {2, 3, 4}) {
-        const auto& layout = odd_layout;
-        compare<T>(workers, layout, 5,
-                   [](const auto& g, auto& c) {
-                       return sparta<sampler::uniform, schedule::constant, topology::gossip, codec::int8_block>(
-                           g, c, {.fraction = 0.05, .seed = 3, .stochastic_rounding = true});
-                   },
-                   "sparta gossip int8 stochastic");
-        compare<T>(workers, layout, 5,
-                   [](const auto& g, auto& c) {
-                       return sparta<sampler::uniform, schedule::constant, topology::ring, codec::fp8_e4m3>(
-                           g, c, {.fraction = 0.02, .seed = 3});
-                   },
-                   "sparta ring fp8");
-        compare<T>(workers, layout, 6,
-                   [](const auto& g, auto& c) {
-                       diloco_options o{.interval = 2, .seed = 5, .error_feedback = 0.9};
-                       o.weight = 1.0f + 0.25f * static_cast<float>(c.rank());
-                       // Islands of 3 where the world has them (islands larger than the world are refused).
-                       return diloco<outer::nesterov, topology::islands, codec::sign2_block>(
-                           g, c, o, {}, topology::islands{.size = std::min(3, c.size())}, codec::sign2_block{});
-                   },
-                   "diloco islands(3) sign2, error feedback");
-        compare<T>(workers, layout, 6,
-                   [](const auto& g, auto& c) {
-                       return diloco<outer::nesterov, topology::any, codec::any>(
-                           g, c, {.interval = 3, .seed = 5}, {}, topology::exponential{}, codec::bf16{});
-                   },
-                   "diloco exponential bf16 (any)");
     }
 }
 

@@ -26,19 +26,6 @@ TEST_CASE_TEMPLATE("N workers on one GPU give the host's replicas: DiLoCo and SP
         }
 }
 
-TEST_CASE_TEMPLATE("streaming DiLoCo: N workers on one GPU give the host's replicas", T, float, trickle::bfloat16) {
-    for (int workers : {1, 2, 3})
-        for (const auto& [F, tau, alpha] : {std::tuple<std::uint64_t, std::uint64_t, double>{3, 0, 0.0},
-                                            std::tuple<std::uint64_t, std::uint64_t, double>{2, 2, 0.5},
-                                            std::tuple<std::uint64_t, std::uint64_t, double>{3, 1, 0.0}}) {
-            diloco_options o{.interval = 4, .seed = 6};
-            o.fragments = F;
-            o.overlap_steps = tau;
-            o.mix = alpha;
-            compare<T>(workers, odd_layout, 11, make_diloco<outer::nesterov>(o), "streaming diloco");
-        }
-}
-
 namespace {
 
 // A one-worker communicator over device memory whose "all-reduce" is an affine map done
