@@ -11,8 +11,10 @@
 #   TRICKLE_PYPI_VENV=dir scripts/pypi_torch.sh   # where the environment lives (default build/pypi-torch)
 #
 # The download is about 5 GB the first time (torch and its nvidia-* wheels); the
-# environment is kept and reused. Called by scripts/test.sh; set TRICKLE_NO_PYPI=1 there
-# to skip it (no network, say).
+# environment is kept and reused. scripts/test.sh runs it when TRICKLE_PYPI=1 is set (not
+# in every CI run: the download and about 20 minutes of compiling on 2 cores; CI's CUDA
+# phase compiles the package's nvcc units, tests/cuda/CMakeLists.txt's
+# trickle_python_cuda_engines, without torch).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 TORCH_SPEC=${TRICKLE_PYPI_TORCH:-torch==2.15.0}
