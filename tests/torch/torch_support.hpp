@@ -12,7 +12,9 @@
 
 #include <doctest/doctest.h>
 
+#include <barrier>
 #include <exception>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -25,20 +27,27 @@ inline c10::intrusive_ptr<c10d::ProcessGroup> gloo_group(const c10::intrusive_pt
 }
 
 // Runs fn(comm::process_group&) on `workers` threads; returns each rank's exception text
-// ("" when it returned normally).
+// ("" when it returned normally). No rank destroys its group (closing its Gloo pairs)
+// before every rank is done: a rank whose fn sends nothing (n = 0, say) would otherwise
+// close its sockets while a peer's side of a pair may still be finishing its handshake,
+// and that peer fails with "Connection closed by peer" (seen once in CI's run of
+// test_torch, N = 3, n = 0). Every test here ends with every rank returning or throwing.
 template <class Fn>
 std::vector<std::string> run_gloo(int workers, Fn&& fn, trickle::comm::process_group_options options = {}) {
     auto store = c10::make_intrusive<c10d::HashStore>();
     std::vector<std::string> errors(static_cast<std::size_t>(workers));
+    std::barrier done(workers);
     std::vector<std::thread> threads;
     for (int r = 0; r < workers; ++r)
         threads.emplace_back([&, r] {
+            std::optional<trickle::comm::process_group> comm;
             try {
-                trickle::comm::process_group comm(gloo_group(store, r, workers), options);
-                fn(comm);
+                comm.emplace(gloo_group(store, r, workers), options);
+                fn(*comm);
             } catch (const std::exception& e) {
                 errors[static_cast<std::size_t>(r)] = e.what();
             }
+            done.arrive_and_wait();
         });
     for (auto& t : threads) t.join();
     return errors;
