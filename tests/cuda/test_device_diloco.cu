@@ -3,8 +3,6 @@
 // of uncaptured steps; configurations that cannot run on the device are refused.
 #include "device_path.hpp"
 
-#include <tuple>
-
 using namespace device_path;
 
 TEST_CASE_TEMPLATE("N workers on one GPU give the host's replicas: DiLoCo and SPARTA + DiLoCo", T, float,
