@@ -4,7 +4,8 @@
 # carries them to a GPU machine and runs scripts/gpu_check.sh there.
 #
 #   cmake --preset cuda -DTRICKLE_BUILD_BENCHMARKS=ON && cmake --build --preset cuda --target trickle_cuda_checks
-#   scripts/gpu_bundle.sh            # then: run scripts/gpu_check.sh OUT, carrying build/gpu
+#   scripts/gpu_bundle.sh            # then: run scripts/gpu_check.sh OUT, carrying build/gpu.tar.xz
+#                                    # (the bundle as one archive; or build/gpu itself)
 #   GPU_BUNDLE_BEFORE=95590b5 GPU_BUNDLE_PYTHON=0 scripts/gpu_bundle.sh   (for the quick check)
 #       also builds bench_cuda at that commit (a git worktree in build/before-src, sm_90
 #       only, Release, no tests) into build/gpu/before/bench_cuda, for the quick mode's
@@ -68,4 +69,8 @@ if [[ -n "${GPU_BUNDLE_BEFORE:-}" ]]; then
     echo "$rev" > "$dst/before/commit"
     echo "gpu_bundle: bench_cuda at $rev in $dst/before"
 fi
-du -sh "$dst"
+# One archive of it all (xz: the binaries shrink about 3x), for the carry limit: carry
+# build/gpu.tar.xz and gpu_check.sh unpacks it where build/gpu is missing.
+rm -f "$root/build/gpu.tar.xz"
+tar -C "$root/build" -cf - gpu | xz -T0 -6 > "$root/build/gpu.tar.xz"
+du -sh "$dst" "$root/build/gpu.tar.xz"

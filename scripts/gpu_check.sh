@@ -43,6 +43,7 @@
 # 3c. Runs the Python package's CUDA tests and its step-time benchmark (see 3c below).
 # 4. Runs the CUDA benchmark suite at three sizes (L2-resident, 4x L2, HBM) through
 #    scripts/bench_cuda.sh, with the build above.
+# 4b. With GPU_CHECK_NCU=1, profiles the headline kernels with Nsight Compute (ncu.txt).
 # 5. Writes OUTDIR/summary.md: the GPU, the test verdicts, and the benchmark tables.
 # Each stage has its own time limit so that a hang cannot eat the GPU time of the session;
 # the script goes on to the next stage and says what failed. Exit status: 0 when every
@@ -57,6 +58,12 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 mkdir -p "$1"
 out=$(cd "$1" && pwd)
 build=${BUILD_DIR:-}
+# A bundle carried as one archive (scripts/gpu_bundle.sh writes build/gpu.tar.xz beside
+# build/gpu: the binaries compress about 3x, which keeps the tests, the earlier build's
+# benchmark and the Python package together under the 64 MiB carry limit).
+if [[ -z "$build" && ! -d "$root/build/gpu" && -f "$root/build/gpu.tar.xz" ]]; then
+    tar -xJf "$root/build/gpu.tar.xz" -C "$root/build" || { echo "$0: cannot unpack build/gpu.tar.xz" >&2; exit 1; }
+fi
 if [[ -z "$build" ]]; then
     build=$root/build/gpu # made by scripts/gpu_bundle.sh: the binaries alone, small enough to carry
     [[ -d "$build" ]] || build=$root/build/cuda
@@ -231,13 +238,13 @@ print("ok")' 2>&1 | tail -1)
         TRICKLE_TEST_BACKEND=nccl run_py "test_cuda, 1 rank over NCCL" 90 "${trun[@]}" --nproc_per_node 1 "$root/tests/python/test_cuda.py"
         san=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2> /dev/null || true)
         if [[ -n "$san" ]]; then
-            TRICKLE_TEST_BACKEND=nccl TRICKLE_TEST_ONLY=matches_cpu run_py "test_cuda under compute-sanitizer memcheck (1 rank, NCCL)" 120 \
+            TRICKLE_TEST_BACKEND=nccl TRICKLE_TEST_ONLY=matches_cpu run_py "test_cuda under compute-sanitizer memcheck (1 rank, NCCL)" 90 \
                 "$san" --tool memcheck --target-processes all --error-exitcode 9 "${trun[@]}" --nproc_per_node 1 "$root/tests/python/test_cuda.py"
         fi
         run_py "bench_sparta_step, 126M parameters, 1 rank over NCCL" 90 "${trun[@]}" --nproc_per_node 1 \
             "$root/benchmarks/pytorch/bench_sparta_step.py" --device cuda --backend nccl --hidden 2048 --layers 30 \
-            --diloco --iters 10 --json "$out/bench_pytorch_nccl.json"
-        run_py "bench_sparta_step, 126M parameters, 4 ranks on one GPU over Gloo" 90 "${trun[@]}" --nproc_per_node 4 \
+            --diloco --profile --iters 10 --json "$out/bench_pytorch_nccl.json"
+        [[ "$quick" == 1 ]] || run_py "bench_sparta_step, 126M parameters, 4 ranks on one GPU over Gloo" 90 "${trun[@]}" --nproc_per_node 4 \
             "$root/benchmarks/pytorch/bench_sparta_step.py" --device cuda --backend gloo --hidden 2048 --layers 30 \
             --iters 5 --json "$out/bench_pytorch_gloo.json"
     fi
@@ -250,13 +257,20 @@ before_bench="$build/before/bench_cuda"
 after_json=() before_json=()
 if [[ "$quick" == 1 ]]; then
     quick_args=(--benchmark_filter="$headline_filter" --benchmark_repetitions=1 --benchmark_min_time=0.002)
+    # The stage's budget (GPU_CHECK_BENCH_UNTIL, from when the stage begins in the quick
+    # mode, since the Python stage before it may or may not run) is shared by the two
+    # builds: the first may take half of it, the second what is left.
+    bench_t0=$(date +%s)
+    share=2
     for which in after before; do
         if [[ $which == after ]]; then b=$bench; else b=$before_bench; fi
         if [[ "$dry" != 1 && ! -x "$b" ]]; then
             log "no $b: the $which column is left out"
+            share=1
             continue
         fi
-        left=$(( bench_until - ($(date +%s) - start) ))
+        left=$(( (bench_until - ($(date +%s) - bench_t0)) / share ))
+        share=1
         (( left < 30 )) && left=30
         log "bench_cuda ($which): the headline cases, at most $left s"
         run_or_say timeout "$left" "$b" "${quick_args[@]}" --benchmark_out="$out/bench_$which.json" \
@@ -284,6 +298,33 @@ elif [[ -x "$bench" && "$dry" != 1 ]]; then
         > "$out/bench_cuda.console" 2>&1 || log "bench_cuda stopped early (see bench_cuda.console)"
 else
     log "no $bench: benchmarks skipped"
+fi
+
+# 4b. With GPU_CHECK_NCU=1, Nsight Compute's sections for the headline kernels that miss
+#     their targets (one or two launches of each, --clock-control none), into ncu.txt: the
+#     achieved bandwidth, occupancy, warp stalls and launch shape say why a kernel misses.
+ncu_cases=(
+    '^exchange/gather/block256/fp32/p0\.01/HBM/'
+    '^exchange/scatter/block256/fp32/p0\.01/HBM/'
+    '^exchange/fused/uniform/fp32/p0\.01/HBM/'
+    '^codec/encode/bf16/'
+    '^codec/encode/int8_block64/'
+    '^codec/decode/int8_block64/'
+)
+if [[ "${GPU_CHECK_NCU:-0}" == 1 ]]; then
+    ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2> /dev/null | head -1 || true)
+    if [[ -z "$ncu" ]]; then
+        log "no ncu on this machine: the profile is skipped"
+    elif [[ -x "$bench" ]]; then
+        for f in "${ncu_cases[@]}"; do
+            log "ncu: $f"
+            run_or_say timeout 60 "$ncu" --clock-control none --kernel-name-base demangled --kernel-name regex:trickle \
+                --launch-skip 3 --launch-count 2 --section SpeedOfLight --section MemoryWorkloadAnalysis \
+                --section Occupancy --section LaunchStats --section WarpStateStats --section ComputeWorkloadAnalysis \
+                "$bench" --benchmark_filter="$f" --benchmark_min_time=0.002 --benchmark_repetitions=1 \
+                >> "$out/ncu.txt" 2>&1 || log "ncu: $f stopped early"
+        done
+    fi
 fi
 
 # 5. Summary.

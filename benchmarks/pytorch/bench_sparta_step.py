@@ -19,6 +19,12 @@ queued.
 (--redirects 2 --tee 2: torch 1.13's torchrun fails under Python 3.11 without them; torch
 2.x accepts them too.)
 
+--profile (CUDA only) also runs each trickle method a few more times under torch.profiler
+and reports, per call: the kernels that ran on the GPU (trickle's, NCCL's, others'), the
+host synchronizations (cuda*Synchronize, blocking cudaMemcpy), the device allocations
+(cudaMalloc*, cudaFree) and the memory copies it queued. The targets: a SPARTA step is two
+trickle kernels and one collective, with no host synchronization and no allocation.
+
 Every rank times the same loop; rank 0 prints a table (milliseconds per call, median of
 --iters after 3 warm-up calls) and the bytes each method puts on the wire per step.
 trickle's bytes are its own counters; the masked method's are computed with the same
@@ -75,6 +81,45 @@ def timed(fn, iters):
     return statistics.median(out)
 
 
+def profile_calls(fn, steps=5):
+    """Per call of fn: GPU kernels by origin, host synchronizations, allocations and copies,
+    counted by torch.profiler over `steps` calls (the one synchronization this function adds
+    to drain the queue is not counted)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()  # anything done once (a first-call set-up) stays out of the count
+    SYNC()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            fn()
+        SYNC()
+    counts = {"kernels_trickle": 0, "kernels_nccl": 0, "kernels_other": 0, "host_syncs": 0,
+              "allocations": 0, "copies": 0}
+    other = {}
+    for e in prof.events():
+        name = e.name
+        on_gpu = str(getattr(e, "device_type", "")).endswith("CUDA")
+        if on_gpu:
+            if name.startswith("Memcpy") or name.startswith("Memset"):
+                counts["copies"] += 1
+            elif "nccl" in name.lower():
+                counts["kernels_nccl"] += 1
+            elif "trickle" in name:
+                counts["kernels_trickle"] += 1
+            else:
+                counts["kernels_other"] += 1
+                other[name[:80]] = other.get(name[:80], 0) + 1
+        elif name.startswith(("cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize")) or \
+                name in ("cudaMemcpy", "cuMemcpy", "cudaMemcpy2D", "cuMemcpyDtoH_v2", "cuMemcpyHtoD_v2"):
+            counts["host_syncs"] += 1
+        elif name.startswith(("cudaMalloc", "cudaFree", "cuMemAlloc", "cuMemFree")):
+            counts["allocations"] += 1
+    counts["host_syncs"] = max(0, counts["host_syncs"] - 1)  # SYNC() above
+    out = {k: v / steps for k, v in counts.items()}
+    out["other_kernels"] = {k: v / steps for k, v in sorted(other.items())}
+    return out
+
+
 def main():
     import trickle  # here, so that gloo_exit_abort.py can use this file's baselines without trickle
 
@@ -88,6 +133,8 @@ def main():
                     help="also time a DiLoCo outer step (interval=1: every step is one), fp32 and int8")
     ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     ap.add_argument("--backend", default="gloo", choices=("gloo", "nccl"))
+    ap.add_argument("--profile", action="store_true",
+                    help="(CUDA) count kernels, host synchronizations and allocations per trickle call")
     args = ap.parse_args()
 
     global SYNC
@@ -131,11 +178,18 @@ def main():
     grads = torch.randn(n, device=device)
     t_dense = timed(lambda: dist.all_reduce(grads), args.iters)
 
+    profiled = {}
+    if args.profile and args.device == "cuda":
+        profiled["SPARTA uniform"] = profile_calls(sparta.step)
+        profiled["SPARTA block-256"] = profile_calls(sparta_block.step)
+        profiled["AdamW optimizer.step()"] = profile_calls(opt.step)
     t_outer = {}
     if args.diloco:
         for codec in ("fp32", "int8"):
             d = trickle.DiLoCo(model, interval=1, outer_codec=codec, seed=1, broadcast_initial=False)
             t_outer[codec] = timed(d.step, args.iters)
+            if args.profile and args.device == "cuda":
+                profiled[f"DiLoCo outer step, {codec}"] = profile_calls(d.step)
             del d
 
     result = {
@@ -155,6 +209,7 @@ def main():
         "values_per_exchange": sparta.stats.last_values,
         "trickle_collectives_per_step": collectives,
         "diloco_outer_step_ms": t_outer,
+        "profile_per_call": profiled,
         "trickle_bytes_per_step": trickle_bytes,
         "masked_bytes_per_step": masked_bytes(n, args.fraction, world, rank),
     }
@@ -175,6 +230,14 @@ def main():
         for name, ms, b in rows:
             print(f"{name:<40}{ms:>10.2f}{ms / t_opt:>10.3f}{'' if b is None else f'{b:>14,.0f}'}")
         print(f"trickle collectives per SPARTA step: {collectives:g}")
+        if profiled:
+            print(f"per call (torch.profiler): {'call':<32}{'trickle':>8}{'nccl':>6}{'other':>6}"
+                  f"{'syncs':>7}{'allocs':>7}{'copies':>7}")
+            for what, c in profiled.items():
+                print(f"per call (torch.profiler): {what:<32}{c['kernels_trickle']:>8g}{c['kernels_nccl']:>6g}"
+                      f"{c['kernels_other']:>6g}{c['host_syncs']:>7g}{c['allocations']:>7g}{c['copies']:>7g}")
+                for k, v in c["other_kernels"].items():
+                    print(f"per call (torch.profiler):     other kernel {v:g} x {k}")
         if args.json:
             with open(args.json, "w") as f:
                 json.dump(result, f, indent=2)
