@@ -10,35 +10,31 @@ using namespace trickle::exec;
 TEST_CASE("size_grid: no more blocks than work, no fewer than one, at most what fits") {
     const device_facts h100{132, 9, 0};
     const tuning t{256, 4, 16};
-    CHECK(size_grid(0, t, h100, 8, 16384).blocks == 0);
-    CHECK(size_grid(1, t, h100, 8, 16384).blocks == 1);
-    CHECK(size_grid(1, t, h100, 8, 16384).threads == 256);
-    CHECK(size_grid(5, t, h100, 8, 16384).blocks == 5);
+    CHECK(size_grid(0, t, h100, 8).blocks == 0);
+    CHECK(size_grid(1, t, h100, 8).blocks == 1);
+    CHECK(size_grid(1, t, h100, 8).threads == 256);
+    CHECK(size_grid(5, t, h100, 8).blocks == 5);
     for (std::size_t tiles : {std::size_t{10}, std::size_t{1000}, std::size_t{1} << 30})
-        for (int resident : {0, 1, 2, 8, 32})
-            for (std::size_t bytes : {std::size_t{1}, std::size_t{4096}, std::size_t{65536}}) {
-                const auto g = size_grid(tiles, t, h100, resident, bytes);
-                CHECK(g.blocks >= 1);
-                CHECK(g.blocks <= tiles);
-                CHECK(g.blocks <= static_cast<unsigned>(132 * (resident < 1 ? 1 : resident)));
-            }
+        for (int resident : {0, 1, 2, 8, 32}) {
+            const auto g = size_grid(tiles, t, h100, resident);
+            CHECK(g.blocks >= 1);
+            CHECK(g.blocks <= tiles);
+            CHECK(g.blocks <= static_cast<unsigned>(132 * (resident < 1 ? 1 : resident)));
+        }
 }
 
-TEST_CASE("size_grid: blocks per SM are the fewest that keep the bytes-in-flight target") {
-    const device_facts h100{132, 9, 0};
+TEST_CASE("size_grid: every block that fits on every multiprocessor when the work allows") {
+    // The H200's profile (exec/dispatch.hpp): fewer blocks than fit left the exchange
+    // kernels latency-bound, so a large launch fills each multiprocessor.
+    const device_facts h200{132, 9, 0};
     const tuning t{256, 1, 16};
-    const std::size_t target = bytes_in_flight_per_sm(h100);
-    // A block pass moving a quarter of the target: four blocks per SM.
-    CHECK(size_grid(1u << 20, t, h100, 16, target / 4).blocks == 4 * 132);
-    // A pass moving more than the target: one block per SM is enough.
-    CHECK(size_grid(1u << 20, t, h100, 16, target * 2).blocks == 132);
-    // Occupancy caps it.
-    CHECK(size_grid(1u << 20, t, h100, 2, 16).blocks == 2 * 132);
-}
-
-TEST_CASE("bytes in flight per SM grow with the architecture's bandwidth per SM") {
-    CHECK(bytes_in_flight_per_sm({108, 8, 0}) > bytes_in_flight_per_sm({84, 8, 6}));
-    CHECK(bytes_in_flight_per_sm({132, 9, 0}) > bytes_in_flight_per_sm({108, 8, 0}));
+    CHECK(size_grid(1u << 20, t, h200, 8).blocks == 8 * 132);
+    CHECK(size_grid(1u << 20, t, h200, 4).blocks == 4 * 132);
+    CHECK(size_grid(1u << 20, t, h200, 0).blocks == 132);
+    // A launch with fewer units than that gets a block per unit.
+    CHECK(size_grid(700, t, h200, 8).blocks == 700);
+    const device_facts a100{108, 8, 0};
+    CHECK(size_grid(1u << 20, t, a100, 6).blocks == 6 * 108);
     CHECK(fits_32bit((std::size_t{1} << 31) - 1));
     CHECK(!fits_32bit(std::size_t{1} << 31));
 }

@@ -7,7 +7,8 @@ Every rank holds the same model twice, once on the CPU and once on its GPU (all 
 share one GPU over Gloo; NCCL needs one GPU per rank), changes both alike, and steps a
 trickle object over each: the CUDA replicas must hold the bits of the CPU ones after SPARTA
 exchanges (every sampler, several codecs, fp32 and bf16), DiLoCo outer steps (several
-outer optimizers, fp32 / int8 / bf16 on the wire, a sparsifier) and SPARTA + DiLoCo, with
+outer optimizers, fp32 / int8 / bf16 on the wire; a sparsifier is refused on the GPU, as the
+library documents) and SPARTA + DiLoCo, with
 the same bytes counted; a state_dict round trip must continue bit for bit; a mismatched
 model must raise on every rank; and trickle must follow the trainer's current stream. The
 CPU objects run over a Gloo group (the default group over Gloo, a Gloo subgroup over
@@ -136,9 +137,18 @@ def test_diloco_matches_cpu():
                                                  **kw), f"DiLoCo outer={outer} outer_codec={codec}")
 
 
-def test_diloco_sparsifier_matches_cpu():
-    run_pair(lambda m, g: trickle.DiLoCo(m, interval=3, outer_sparsifier="chunk_topk", sparse_chunk=64, sparse_k=4,
-                                         seed=2, group=g), "DiLoCo outer_sparsifier=chunk_topk")
+def test_diloco_sparsifier_refused_on_cuda():
+    """The sparsifiers run on host parameters in this version: on a GPU the constructor
+    refuses one, on every rank, naming the value codecs that do run there (the first GPU run
+    of this file expected the CPU's bits and found the refusal)."""
+    def make(m, g):
+        return trickle.DiLoCo(m, interval=3, outer_sparsifier="chunk_topk", sparse_chunk=64, sparse_k=4, seed=2,
+                              group=g)
+    if DRY_RUN:
+        run_pair(make, "DiLoCo outer_sparsifier=chunk_topk")
+        return
+    _, gpu = twins()
+    expect_raises(ValueError, lambda: make(gpu, None), "chunk_topk sparsifier runs on host parameters", "int8")
 
 
 def test_diloco_bf16_model_matches_cpu():
@@ -241,7 +251,7 @@ TESTS = [
     test_sparta_matches_cpu,
     test_sparta_bf16_model_matches_cpu,
     test_diloco_matches_cpu,
-    test_diloco_sparsifier_matches_cpu,
+    test_diloco_sparsifier_refused_on_cuda,
     test_diloco_bf16_model_matches_cpu,
     test_sparta_diloco_matches_cpu,
     test_state_dict_round_trip,

@@ -139,13 +139,13 @@ int resident_blocks(Kernel kernel, int threads) {
     return blocks;
 }
 
-// The grid for `tiles` units of `kernel` with tuning t, each block pass moving
-// bytes_per_block_pass bytes, on the current device.
+// The grid for `tiles` units (block passes) of `kernel` with tuning t on the current
+// device: every block that fits, capped by the work (exec::size_grid).
 template <class Kernel>
-exec::grid_shape plan_grid(Kernel kernel, const exec::tuning& t, std::size_t tiles, std::size_t bytes_per_block_pass) {
+exec::grid_shape plan_grid(Kernel kernel, const exec::tuning& t, std::size_t tiles) {
     int device = 0;
     TRICKLE_CUDA_CHECK(cudaGetDevice(&device));
-    return exec::size_grid(tiles, t, device_facts_of(device), resident_blocks(kernel, t.threads), bytes_per_block_pass);
+    return exec::size_grid(tiles, t, device_facts_of(device), resident_blocks(kernel, t.threads));
 }
 
 template <class Body>
@@ -171,8 +171,7 @@ void for_each_index(const exec::cuda& ex, std::size_t n, const Body& body) {
     if (n == 0) return;
     detail::device_scope on(ex.device);
     constexpr exec::tuning t{256, 1, 4};
-    const auto grid = detail::plan_grid(detail::for_each_index_kernel<Body>, t, (n + t.threads - 1) / t.threads,
-                                        static_cast<std::size_t>(t.threads) * 8);
+    const auto grid = detail::plan_grid(detail::for_each_index_kernel<Body>, t, (n + t.threads - 1) / t.threads);
     detail::for_each_index_kernel<<<grid.blocks, grid.threads, 0, ex.stream>>>(n, body);
     TRICKLE_CUDA_CHECK(cudaGetLastError());
 #else

@@ -2,13 +2,20 @@
 //
 // The CUDA backend launches in the manner of CUB (dispatch -> agent -> kernel): an agent
 // (a kernel body that moves one tile of work with a block, a warp or a thread) has a
-// tuning policy, and the dispatch sizes the grid from three facts about the device:
-//   - how many blocks of the kernel fit on one multiprocessor (an occupancy query);
-//   - how many multiprocessors there are;
-//   - how many bytes must be in flight per multiprocessor to cover the memory latency
-//     (Little's law: bandwidth x latency / multiprocessors, with a margin), per architecture.
-// A grid larger than needed only adds blocks that find no work; a smaller one leaves
-// bandwidth unused. Kernels walk their work grid-stride, so any grid covers any n.
+// tuning policy, and the dispatch sizes the grid from two facts about the device: how
+// many blocks of the kernel fit on one multiprocessor (an occupancy query) and how many
+// multiprocessors there are. The grid is every block that fits (full occupancy), capped
+// by the work; kernels walk their work grid-stride, so any grid covers any n.
+//
+// Until 2026-12-04 the grid was the fewest blocks per multiprocessor that kept a
+// bytes-in-flight target (bandwidth x latency / SMs: 48 KB per SM on sm_90) in flight.
+// The first profile on a GPU (one H200, Nsight Compute) showed that model starving the
+// exchange kernels: the random-position gather got one block per SM (12% achieved
+// occupancy, 33% of DRAM bandwidth, 100 us for 2.3M values), the tile gather three (34%
+// occupancy, 0.75 waves, latency-bound on its per-tile chain of dependent loads). A
+// block's pass never keeps its whole byte count in flight (it computes positions, reads
+// plans, waits on dependent loads), so the model's arithmetic overstated what each block
+// hides; filling the multiprocessor is what hides the latency.
 //
 // Everything here is host arithmetic, tested on the host (tests/core/test_dispatch.cpp);
 // the CUDA queries that feed it are in exec/cuda.hpp.
@@ -38,35 +45,19 @@ struct device_facts {
     int cc_minor = 0;
 };
 
-// Bytes a multiprocessor should keep in flight to run at the memory's bandwidth: about
-// bandwidth x latency / multiprocessors, doubled for margin. A100 (sm_80): ~2 TB/s x ~600
-// ns / 108 ~ 11 KB; H100/H200 (sm_90): 3.35-4.8 TB/s x ~650 ns / 132 ~ 16-24 KB.
-constexpr std::size_t bytes_in_flight_per_sm(const device_facts& d) {
-    if (d.cc_major >= 9) return std::size_t{48} << 10;
-    if (d.cc_major == 8 && d.cc_minor == 0) return std::size_t{24} << 10;
-    return std::size_t{16} << 10; // consumer parts: less bandwidth per SM
-}
-
 // The grid of a launch: blocks x threads.
 struct grid_shape {
     unsigned blocks = 0;
     unsigned threads = 0;
 };
 
-// The grid for `tiles` units of work, each unit handled by one block pass that moves
-// `bytes_per_block_pass` bytes, when `resident` blocks of the kernel fit on one
-// multiprocessor (from the occupancy query; at least 1 is assumed). Blocks per SM are the
-// fewest that keep the target in flight, capped by what fits; the grid never exceeds the
-// work (no idle blocks for small launches) and is at least one block when there is work.
-constexpr grid_shape size_grid(std::size_t tiles, const tuning& t, const device_facts& d, int resident,
-                               std::size_t bytes_per_block_pass) {
+// The grid for `tiles` units of work (a unit: one block pass) when `resident` blocks of
+// the kernel fit on one multiprocessor (from the occupancy query; at least 1 is assumed):
+// every block that fits on every multiprocessor, never more blocks than units (no idle
+// blocks for small launches), at least one block when there is work.
+constexpr grid_shape size_grid(std::size_t tiles, const tuning& t, const device_facts& d, int resident) {
     if (tiles == 0) return {0, static_cast<unsigned>(t.threads)};
-    const std::size_t target = bytes_in_flight_per_sm(d);
-    const std::size_t per_pass = bytes_per_block_pass == 0 ? 1 : bytes_per_block_pass;
-    std::size_t per_sm = (target + per_pass - 1) / per_pass;
-    const std::size_t fit = resident < 1 ? 1 : static_cast<std::size_t>(resident);
-    if (per_sm > fit) per_sm = fit;
-    if (per_sm < 1) per_sm = 1;
+    const std::size_t per_sm = resident < 1 ? 1 : static_cast<std::size_t>(resident);
     std::size_t blocks = per_sm * static_cast<std::size_t>(d.multiprocessors < 1 ? 1 : d.multiprocessors);
     if (blocks > tiles) blocks = tiles;
     constexpr std::size_t max_blocks = 0x7fffffffu; // gridDim.x limit

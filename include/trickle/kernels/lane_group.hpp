@@ -121,8 +121,7 @@ void for_each_lane_group(const Exec& ex, std::size_t units, unsigned shift, cons
         detail::device_scope on(ex.device);
         const auto kernel = detail::device::lane_group_kernel<Body>;
         const std::size_t per_block = static_cast<std::size_t>(detail::lane_group_tuning.threads) >> shift;
-        const exec::grid_shape g = detail::plan_grid(kernel, detail::lane_group_tuning, (units + per_block - 1) / per_block,
-                                                     static_cast<std::size_t>(detail::lane_group_tuning.threads) * 32);
+        const exec::grid_shape g = detail::plan_grid(kernel, detail::lane_group_tuning, (units + per_block - 1) / per_block);
         kernel<<<g.blocks, g.threads, 0, ex.stream>>>(units, shift, body);
         TRICKLE_CUDA_CHECK(cudaGetLastError());
 #else

@@ -5,7 +5,15 @@
 // and trickle's CUDA support (TRICKLE_ENABLE_CUDA: link trickle::cuda, or compile with
 // nvcc). The algorithms' kernels run on stream(), torch's current CUDA stream when each
 // step starts (or a stream fixed at construction), so they are ordered with the trainer's
-// own kernels without a host synchronization.
+// own kernels without a host synchronization. Where torch's current stream is the legacy
+// default stream (torch's default: a trainer that never picks a stream), stream() is a
+// *blocking* stream of this object's own instead (cudaStreamCreateWithFlags with
+// cudaStreamDefault): CUDA orders such a stream with the legacy default stream both ways,
+// so trickle's kernels still come after the trainer's optimizer step and before its next
+// forward pass, with no event and no host synchronization, while trickle itself never
+// enqueues on the legacy stream (the algorithms refuse it: algorithm/detail/device.hpp).
+// The first GPU run of the Python package (2026-12-04, one H200) found every CUDA object
+// refused there before this.
 //
 // How the bytes move depends on the group's backend:
 //   - NCCL (a backend that takes CUDA tensors): every collective is the group's own, on
@@ -79,7 +87,22 @@ public:
         require(!fixed_ || fixed_->device_index() == device_, "comm::process_group_cuda: the stream belongs to device ",
                 fixed_ ? static_cast<int>(fixed_->device_index()) : -1, ", the parameters to device ", device_);
         on_device_ = takes_device_tensors(host_.group());
+        if (!fixed_) {
+            detail::device_scope on(device_);
+            TRICKLE_CUDA_CHECK(cudaStreamCreateWithFlags(&own_, cudaStreamDefault));
+        }
     }
+
+    ~process_group_cuda() {
+        if (own_ != nullptr) {
+            detail::device_scope on(device_);
+            cudaStreamDestroy(own_); // queued work still completes; nothing to report from a destructor
+        }
+    }
+
+    // Whether `s` is the legacy default stream (the null stream or cudaStreamLegacy), where
+    // trickle does not enqueue: stream() replaces it with this object's blocking stream.
+    static bool is_legacy_default(cudaStream_t s) { return s == nullptr || s == cudaStreamLegacy; }
 
     // Whether `group`'s collectives take CUDA tensors (its backend is NCCL): the test the
     // constructor makes, for a caller that must choose before building one.
@@ -107,7 +130,9 @@ public:
     // per all_gather_bytes, which compares sizes first).
     std::uint64_t collectives() const { return on_device_ ? collectives_ : host_.collectives(); }
 
-    // The stream the algorithms' kernels and this communicator's copies run on.
+    // The stream the algorithms' kernels and this communicator's copies run on: torch's
+    // current stream, or this object's blocking stream where that is the legacy default
+    // stream (see the top of this file).
     cudaStream_t stream() const { return torch_stream().stream(); }
 
     // In place on stream(): data = elementwise sum over ranks.
@@ -263,7 +288,11 @@ private:
     std::size_t N() const { return static_cast<std::size_t>(size()); }
 
     c10::cuda::CUDAStream torch_stream() const {
-        return fixed_ ? *fixed_ : c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device_));
+        if (fixed_) return *fixed_;
+        const auto index = static_cast<c10::DeviceIndex>(device_);
+        c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream(index);
+        if (!is_legacy_default(current.stream())) return current;
+        return c10::cuda::getStreamFromExternal(own_, index);
     }
 
     // The device and stream torch's collectives see as current while trickle issues one.
@@ -356,6 +385,7 @@ private:
 
     process_group host_;
     std::optional<c10::cuda::CUDAStream> fixed_;
+    cudaStream_t own_ = nullptr; // the blocking stream used in place of the legacy default stream
     int device_ = 0;
     bool on_device_ = false;
     bool failed_ = false;

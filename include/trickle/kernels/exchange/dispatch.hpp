@@ -79,8 +79,7 @@ void device_move_tiles(const exec::cuda& ex, const flat_view<T>& params, const S
     const unsigned shift = tile_lane_shift(L, sizeof(T));
     auto kernel = device::tile_kernel<Gather, T, Sel, Rekey>;
     const std::size_t per_block = static_cast<std::size_t>(tile_tuning.threads) >> shift;
-    const exec::grid_shape g = plan_grid(kernel, tile_tuning, (tiles + per_block - 1) / per_block,
-                                         per_block * L * (sizeof(T) + sizeof(float)));
+    const exec::grid_shape g = plan_grid(kernel, tile_tuning, (tiles + per_block - 1) / per_block);
     kernel<<<g.blocks, g.threads, 0, ex.stream>>>(params, sel, rekey, step, st.selection, st.plans, buf, scale, count,
                                                   L, tiles, shift, advance);
     TRICKLE_CUDA_CHECK(cudaGetLastError());
@@ -109,16 +108,14 @@ void device_move(const exec::cuda& ex, const flat_view<T>& params, const Sel& se
         constexpr int items = random_tuning.items_per_thread;
         const std::size_t per_block = static_cast<std::size_t>(random_tuning.threads) * items;
         const std::size_t blocks = (count + per_block - 1) / per_block;
-        // A random value moves a 32-byte sector on each side, whatever its width.
-        const std::size_t bytes = per_block * 64;
         if (exec::fits_32bit(count) && count < (std::size_t{1} << 30)) {
             auto kernel = device::random_kernel<Gather, T, Sel, Rekey, std::uint32_t, items>;
-            const exec::grid_shape g = plan_grid(kernel, random_tuning, blocks, bytes);
+            const exec::grid_shape g = plan_grid(kernel, random_tuning, blocks);
             kernel<<<g.blocks, g.threads, 0, ex.stream>>>(params, sel, rekey, step, st.selection, buf, scale,
                                                           static_cast<std::uint32_t>(count), advance);
         } else {
             auto kernel = device::random_kernel<Gather, T, Sel, Rekey, std::size_t, items>;
-            const exec::grid_shape g = plan_grid(kernel, random_tuning, blocks, bytes);
+            const exec::grid_shape g = plan_grid(kernel, random_tuning, blocks);
             kernel<<<g.blocks, g.threads, 0, ex.stream>>>(params, sel, rekey, step, st.selection, buf, scale, count,
                                                           advance);
         }

@@ -46,9 +46,7 @@ void device_stream(const exec::cuda& ex, const flat_view<T>& params, const std::
     if (count == 0) return;
     auto kernel = device::stream_kernel<T, Piece>;
     const std::size_t tiles = (count + stream_tile - 1) / stream_tile;
-    // A block pass moves threads x 16 bytes of parameters plus the fp32 arrays beside them.
-    const std::size_t bytes = static_cast<std::size_t>(stream_tuning.threads) * 16 * 3;
-    const exec::grid_shape g = plan_grid(kernel, stream_tuning, tiles, bytes);
+    const exec::grid_shape g = plan_grid(kernel, stream_tuning, tiles);
     kernel<<<g.blocks, g.threads, 0, ex.stream>>>(params, tile_seg, first, count, stream_tile, op);
     TRICKLE_CUDA_CHECK(cudaGetLastError());
 }
