@@ -81,12 +81,15 @@ def timed(fn, iters):
     return statistics.median(out)
 
 
-def profile_calls(fn, steps=5):
+def profile_calls(fn, steps=5, baseline=None):
     """Per call of fn: GPU kernels by origin, host synchronizations, allocations and copies,
-    counted by torch.profiler over `steps` calls (the one synchronization this function adds
-    to drain the queue is not counted)."""
+    counted by torch.profiler over `steps` calls, less what the same profile of a call that
+    does nothing counts (`baseline`: the synchronization this function adds to drain the
+    queue, and whatever the profiler does itself)."""
     from torch.profiler import ProfilerActivity, profile
 
+    if baseline is None:
+        baseline = profile_calls(lambda: None, steps, baseline={})
     fn()  # anything done once (a first-call set-up) stays out of the count
     SYNC()
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
@@ -114,8 +117,7 @@ def profile_calls(fn, steps=5):
             counts["host_syncs"] += 1
         elif name.startswith(("cudaMalloc", "cudaFree", "cuMemAlloc", "cuMemFree")):
             counts["allocations"] += 1
-    counts["host_syncs"] = max(0, counts["host_syncs"] - 1)  # SYNC() above
-    out = {k: v / steps for k, v in counts.items()}
+    out = {k: max(0.0, v / steps - baseline.get(k, 0.0)) for k, v in counts.items()}
     out["other_kernels"] = {k: v / steps for k, v in sorted(other.items())}
     return out
 

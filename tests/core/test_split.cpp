@@ -1,5 +1,5 @@
-// The even split of n items over chunks (core/split.hpp): its invariants, and its 32-bit
-// arithmetic (used whenever n < 2^32) against the 64-bit form, at the boundary too.
+// The even split of n items over chunks (core/split.hpp): its invariants, for small n item
+// by item and past 2^32 items at the chunks' edges.
 #include <trickle/core/split.hpp>
 
 #include <doctest/doctest.h>
@@ -40,19 +40,12 @@ TEST_CASE("chunk_begin, chunk_size, chunk_owner: contiguous chunks in order that
     for (std::size_t i = 0; i < 3; ++i) CHECK(chunk_owner(3, 8, i) == static_cast<int>(i));
 }
 
-TEST_CASE("the split's 32-bit arithmetic equals the 64-bit form, up to and across n = 2^32") {
+TEST_CASE("the split holds past 2^32 items") {
+    // (A 32-bit form of this arithmetic for n < 2^32 was tried on 2026-12-04 and made the
+    // device codec passes slower on an H200: nvcc's 64-bit division already takes a 32-bit
+    // path when its operands fit.)
     const std::size_t edge = std::size_t{0xffffffffu};
-    for (std::size_t n : {edge - 7, edge - 1, edge, edge + 1, edge + 12345, std::size_t{1} << 36,
-                          (std::size_t{1} << 31) + 3, std::size_t{3'000'000'007}})
-        for (int parts : {1, 2, 3, 5, 8, 17, 256}) {
+    for (std::size_t n : {edge - 7, edge, edge + 1, edge + 12345, std::size_t{1} << 36, std::size_t{3'000'000'007}})
+        for (int parts : {1, 2, 3, 5, 8, 17, 256})
             check_split(n, parts);
-            const auto N = static_cast<std::size_t>(parts);
-            for (int r = 0; r < parts; ++r) {
-                const auto R = static_cast<std::size_t>(r);
-                CHECK(chunk_begin(n, parts, r) == split_begin<std::size_t>(n, N, R));
-                CHECK(chunk_size(n, parts, r) == split_size<std::size_t>(n, N, R));
-            }
-            for (std::size_t i : {std::size_t{0}, n / 3, n / 2 + 1, n - 2, n - 1})
-                CHECK(chunk_owner(n, parts, i) == static_cast<int>(split_owner<std::size_t>(n, N, i)));
-        }
 }

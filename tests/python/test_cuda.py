@@ -85,13 +85,28 @@ BYTE_FIELDS = ("exchanges", "values", "bytes_sent", "bytes_received", "code_byte
                "index_bytes_sent")
 
 
-def same_stats(a: trickle.Stats, b: trickle.Stats, what: str) -> None:
+# The reports each DiLoCo outer round begins with on CPU parameters (docs/diloco.md, "Who
+# takes part"): one all-gather of 16 bytes per worker, counted as scales. The device path
+# does not exchange them (a non-finite outer gradient is not excluded there), so its
+# counters are the CPU's less 16 (N - 1) bytes sent and received per outer round. (The
+# first GPU run of this file, 4 ranks over Gloo, found exactly that difference.)
+REPORT_BYTES = 16
+REPORT_FIELDS = ("bytes_sent", "bytes_received", "scale_bytes_sent")
+
+
+def same_stats(a: trickle.Stats, b: trickle.Stats, what: str, report_rounds: int = 0) -> None:
+    """a: the CPU object's stats; b: the CUDA object's; report_rounds: the outer rounds whose
+    reports only the CPU object sent."""
+    reports = 0 if DRY_RUN else REPORT_BYTES * (world() - 1) * report_rounds
     for f in BYTE_FIELDS:
-        assert a[f] == b[f], f"{what}: {f} is {b[f]} on CUDA, {a[f]} on the CPU"
+        expected = a[f] - (reports if f in REPORT_FIELDS else 0)
+        assert expected == b[f], f"{what}: {f} is {b[f]} on CUDA, {a[f]} on the CPU (less {reports} of reports)"
 
 
-def run_pair(make, what: str, dtype=torch.float32, steps: int = 9):
-    """Builds make(model, group) over both copies, steps both `steps` times; compares."""
+def run_pair(make, what: str, dtype=torch.float32, steps: int = 9, outer_rounds=None):
+    """Builds make(model, group) over both copies, steps both `steps` times; compares.
+    outer_rounds(cpu_object): its DiLoCo outer rounds (whose reports the CUDA object does not
+    send), for DiLoCo and SPARTA + DiLoCo."""
     cpu, gpu = twins(dtype)
     a = make(cpu, CPU_GROUP)
     b = make(gpu, None)
@@ -101,8 +116,16 @@ def run_pair(make, what: str, dtype=torch.float32, steps: int = 9):
         a.step()
         b.step()
     same_bits(cpu, gpu, what)
-    same_stats(a.stats, b.stats, what)
+    same_stats(a.stats, b.stats, what, outer_rounds(a) if outer_rounds else 0)
     return a, b, cpu, gpu
+
+
+def diloco_rounds(d) -> int:
+    return d.stats["exchanges"]
+
+
+def sparta_diloco_rounds(d) -> int:
+    return d.outer_stats["exchanges"]
 
 
 # ---------------------------------------------------------------------------------------
@@ -134,7 +157,8 @@ def test_diloco_matches_cpu():
     for outer, kw in (("nesterov", {}), ("adam", {"outer_lr": 0.01}), ("sgd", {}), ("average", {})):
         for codec in ("fp32", "int8", "bf16"):
             run_pair(lambda m, g: trickle.DiLoCo(m, interval=3, outer=outer, outer_codec=codec, seed=2, group=g,
-                                                 **kw), f"DiLoCo outer={outer} outer_codec={codec}")
+                                                 **kw), f"DiLoCo outer={outer} outer_codec={codec}",
+                     outer_rounds=diloco_rounds)
 
 
 def test_diloco_sparsifier_refused_on_cuda():
@@ -153,15 +177,15 @@ def test_diloco_sparsifier_refused_on_cuda():
 
 def test_diloco_bf16_model_matches_cpu():
     run_pair(lambda m, g: trickle.DiLoCo(m, interval=3, outer_codec="native", seed=2, group=g),
-             "DiLoCo bf16 model", dtype=torch.bfloat16)
+             "DiLoCo bf16 model", dtype=torch.bfloat16, outer_rounds=diloco_rounds)
 
 
 def test_sparta_diloco_matches_cpu():
     a, b, _, _ = run_pair(lambda m, g: trickle.SPARTADiLoCo(m, fraction=0.05, interval=4, sampler="uniform",
                                                             outer_codec="int8", seed=4, group=g),
-                          "SPARTA + DiLoCo")
+                          "SPARTA + DiLoCo", outer_rounds=sparta_diloco_rounds)
     same_stats(a.sparse_stats, b.sparse_stats, "SPARTA + DiLoCo, sparse part")
-    same_stats(a.outer_stats, b.outer_stats, "SPARTA + DiLoCo, outer part")
+    same_stats(a.outer_stats, b.outer_stats, "SPARTA + DiLoCo, outer part", sparta_diloco_rounds(a))
 
 
 def change(model: nn.Module, step: int) -> None:
@@ -243,7 +267,11 @@ def test_collectives_per_exchange():
     per_step = (s.collectives - before) / 10
     harness.log(f"  collectives per SPARTA step ({'CPU, dry run' if DRY_RUN else 'staged' if s._impl.stages_through_host else 'NCCL'}):"
                 f" {per_step:g}")
-    assert per_step == 1, per_step
+    # One collective a step; none over NCCL with one rank, where there is nothing to
+    # exchange and process_group_cuda starts no collective (the staged path's host group
+    # still runs its one).
+    expected = 0 if (not DRY_RUN and world() == 1 and not s._impl.stages_through_host) else 1
+    assert per_step == expected, (per_step, expected)
 
 
 TESTS = [
