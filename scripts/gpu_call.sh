@@ -17,12 +17,17 @@ set -uo pipefail
 out=${1:?usage: $0 OUTDIR}
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 work=$(mktemp -d)
+mkdir -p "$out"
+# Pack whatever exists even when the call is stopped at its time limit (SIGTERM).
+pack() {
+    tar -C "$work" -czf "$out/gpu_check.tgz" gpu_check 2> /dev/null
+    cp "$work/gpu_check/summary.md" "$work/gpu_check/gpu_check.log" "$out/" 2> /dev/null
+}
+trap 'pack; exit 124' TERM INT
 GPU_CHECK_QUICK=1 GPU_CHECK_TORCH=${GPU_CHECK_TORCH:-1} GPU_CHECK_SANITIZE=${GPU_CHECK_SANITIZE:-1} \
     GPU_CHECK_NCU=${GPU_CHECK_NCU:-1} GPU_CHECK_BENCH_UNTIL=${GPU_CHECK_BENCH_UNTIL:-150} \
     bash "$root/scripts/gpu_check.sh" "$work/gpu_check"
 rc=$?
-mkdir -p "$out"
-tar -C "$work" -czf "$out/gpu_check.tgz" gpu_check
-cp "$work/gpu_check/summary.md" "$work/gpu_check/gpu_check.log" "$out/" 2> /dev/null
+pack
 cat "$work/gpu_check/summary.md" 2> /dev/null
 exit $rc
