@@ -238,6 +238,9 @@ print("ok")' 2>&1 | tail -1)
         TRICKLE_TEST_BACKEND=nccl run_py "test_cuda, 1 rank over NCCL" 90 "${trun[@]}" --nproc_per_node 1 "$root/tests/python/test_cuda.py"
         san=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2> /dev/null || true)
         if [[ -n "$san" ]]; then
+            # --report-api-errors no: NCCL probes its kernels at init and gets (and handles)
+            # cudaErrorNoKernelImageForDevice for the ones it lacks, which memcheck would
+            # report as 8 errors (the 2026-12-04 run); memory errors are still reported.
             TRICKLE_TEST_BACKEND=nccl TRICKLE_TEST_ONLY=matches_cpu run_py "test_cuda under compute-sanitizer memcheck (1 rank, NCCL)" 90 \
                 "$san" --tool memcheck --report-api-errors no --target-processes all --error-exitcode 9 "${trun[@]}" --nproc_per_node 1 "$root/tests/python/test_cuda.py"
         fi
