@@ -24,6 +24,17 @@ dense fp32 all-reduce of every parameter at every step; the end shows the held-o
 every replica. Everything is deterministic given --seed (same text, same options, same
 number of workers).
 
+--algo ddp is the dense baseline: no trickle, every gradient averaged by one
+torch.distributed all-reduce of a flat fp32 bucket before each optimizer step (what DDP
+does, without its bucketing and overlap); its bytes are counted with the ring's cost, 2 (N - 1)
+/ N of the bucket per worker and step.
+
+--metrics FILE writes one JSON line per step and worker (FILE's "{rank}" replaced by the
+rank): the step, the seconds since the start, the step's compute (forward, backward,
+optimizer) and communication (trickle's step(), or ddp's all-reduce) in seconds, the loss,
+and the bytes this worker sent so far. scripts/wan_lab.sh reads them, beside the network
+interfaces' own counters, to draw loss against wall time and each step's timeline.
+
 --device cuda puts each worker on cuda:LOCAL_RANK (modulo the GPUs there are) over NCCL,
 or over Gloo with --backend gloo (several workers sharing one GPU: NCCL needs one GPU per
 worker). It needs a CUDA build of the trickle package (trickle.build_info()['cuda']); a
@@ -34,6 +45,7 @@ example then stops.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import sys
@@ -147,6 +159,50 @@ def evaluate(model: GPT, ids: torch.Tensor, device: torch.device) -> float:
     return float(loss)
 
 
+class DenseAllReduce:
+    """--algo ddp: every gradient averaged over the workers by one all-reduce of a flat fp32
+    bucket, before the optimizer step. `stats` mimics the fields of trickle's that this
+    example prints; the bytes are the ring all-reduce's cost, 2 (N - 1) / N of the bucket."""
+
+    class _Stats:
+        def __init__(self):
+            self.steps = self.exchanges = self.bytes_sent = self.dense_bytes = self.initial_bytes_sent = 0
+
+        @property
+        def reduction(self) -> float:
+            return self.dense_bytes / self.bytes_sent if self.bytes_sent else 0.0
+
+    def __init__(self, model: nn.Module):
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.world = dist.get_world_size()
+        self.stats = self._Stats()
+        n = sum(p.numel() for p in self.params)
+        self.bucket = torch.zeros(n, device=self.params[0].device)
+        self.per_step = int(round(2 * (self.world - 1) / self.world * n * 4))
+        for p in self.params:  # the same start everywhere, as trickle's constructors give
+            dist.broadcast(p.data, src=0)
+
+    def reduce_gradients(self) -> None:
+        offset = 0
+        for p in self.params:
+            k = p.numel()
+            self.bucket[offset:offset + k].copy_(p.grad.reshape(-1))
+            offset += k
+        dist.all_reduce(self.bucket)
+        self.bucket.div_(self.world)
+        offset = 0
+        for p in self.params:
+            k = p.numel()
+            p.grad.copy_(self.bucket[offset:offset + k].view_as(p.grad))
+            offset += k
+        self.stats.exchanges += 1
+        self.stats.bytes_sent += self.per_step
+        self.stats.dense_bytes += self.per_step
+
+    def step(self) -> None:
+        self.stats.steps += 1
+
+
 def mib(b: int) -> str:
     return f"{b / 2**20:.3f} MiB"
 
@@ -159,8 +215,9 @@ def main() -> int:
         epilog="--device cuda: each worker on cuda:LOCAL_RANK over NCCL (--backend gloo: several workers on one "
         "GPU); it needs a CUDA build of trickle (trickle.build_info()['cuda']).",
     )
-    ap.add_argument("--algo", choices=["sparta", "diloco", "sparta-diloco"], default="sparta",
-                    help="SPARTA, DiLoCo, or SPARTA inside DiLoCo's rounds (default sparta)")
+    ap.add_argument("--algo", choices=["sparta", "diloco", "sparta-diloco", "ddp"], default="sparta",
+                    help="SPARTA, DiLoCo, SPARTA inside DiLoCo's rounds, or ddp: the dense baseline, every "
+                    "gradient all-reduced (default sparta)")
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
                     help="cpu: Gloo; cuda: cuda:LOCAL_RANK, NCCL unless --backend gloo")
     ap.add_argument("--backend", choices=["nccl", "gloo"], default=None,
@@ -181,6 +238,9 @@ def main() -> int:
     ap.add_argument("--outer-lr", type=float, default=0.7, help="DiLoCo: the outer Nesterov learning rate (0.7)")
     ap.add_argument("--outer-codec", choices=list(trickle.CODECS), default="fp32",
                     help="DiLoCo: the outer gradient on the wire (default fp32)")
+    ap.add_argument("--metrics", default="",
+                    help="a JSON line per step to this file ({rank} is replaced by the worker's rank): compute and "
+                    "communication seconds, loss, bytes sent")
     args = ap.parse_args()
     if min(args.steps, args.log_every, args.interval, args.batch, args.context) < 1:
         ap.error("--steps, --log-every, --interval, --batch and --context must be >= 1")
@@ -227,7 +287,9 @@ def main() -> int:
     outer = dict(interval=args.interval, outer="nesterov", outer_lr=args.outer_lr, momentum=0.9,
                  outer_codec=args.outer_codec)
     try:
-        if args.algo == "sparta":
+        if args.algo == "ddp":
+            algo = DenseAllReduce(model)
+        elif args.algo == "sparta":
             algo = trickle.SPARTA(model, fraction=args.fraction, sampler=args.sampler, **common)
         elif args.algo == "diloco":
             algo = trickle.DiLoCo(model, **outer, **common)
@@ -239,7 +301,7 @@ def main() -> int:
         # A CPU-only build of the package refuses CUDA tensors, saying how to rebuild.
         print(f"train_gpt.py (rank {rank}): trickle refused the model on {device}: {e}", file=sys.stderr)
         return 1
-    has_outer = args.algo != "sparta"
+    has_outer = args.algo in ("diloco", "sparta-diloco")
     n_params = sum(p.numel() for p in model.parameters())
     if rank == 0:
         print(f"train_gpt {args.algo}: {world} workers on {device.type} ({dist.get_backend()}), GPT of "
@@ -250,16 +312,37 @@ def main() -> int:
     data = batches(mine, args.context, args.batch, gen)
     loss_sum = torch.zeros(1, device=device)
     seen = 0
+    metrics = open(args.metrics.replace("{rank}", str(rank)), "w") if args.metrics else None
+    sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
+    t_start = time.perf_counter()
     for step in range(1, args.steps + 1):
+        t_a = time.perf_counter()
         x, y = next(data)
         x, y = x.to(device), y.to(device)
         loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten())
         opt.zero_grad(set_to_none=True)
         loss.backward()
+        t_comm = 0.0
+        if args.algo == "ddp":
+            sync()
+            t_c = time.perf_counter()
+            algo.reduce_gradients()
+            sync()
+            t_comm = time.perf_counter() - t_c
         opt.step()
+        sync()
+        t_b = time.perf_counter()
         algo.step()  # after optimizer.step(), before the next forward pass
+        sync()
+        t_end = time.perf_counter()
+        t_comm += t_end - t_b
         loss_sum += loss.detach()
         seen += 1
+        if metrics is not None:
+            metrics.write(json.dumps({"step": step, "rank": rank, "t": round(t_end - t_start, 6),
+                                      "compute_s": round(t_end - t_a - t_comm, 6), "comm_s": round(t_comm, 6),
+                                      "loss": round(loss.item(), 5), "bytes_sent": algo.stats.bytes_sent,
+                                      "algo": args.algo, "world": world}) + "\n")
         if step % args.log_every == 0 or step == args.steps:
             # The workers' mean loss over the last steps: the trainer's own all-reduce of one
             # float (not trickle's, so not in its bytes).
@@ -273,9 +356,12 @@ def main() -> int:
                 print(f"  step {step:5d}  loss {mean:.3f}  sent {mib(st.bytes_sent)}  dense {mib(st.dense_bytes)}  "
                       f"{red}  ({time.time() - t0:.1f} s)", flush=True)
 
+    if metrics is not None:
+        metrics.close()
     identical = None
-    if has_outer and args.steps % args.interval == 0:
-        # The last step was an outer step: every replica now holds the same bits.
+    if (has_outer and args.steps % args.interval == 0) or args.algo == "ddp":
+        # The last step was an outer step (or every step averaged the gradients): every
+        # replica now holds the same bits.
         flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
         every = [torch.empty_like(flat) for _ in range(world)]
         dist.all_gather(every, flat)
@@ -288,7 +374,8 @@ def main() -> int:
         per = ", ".join(f"{v.item():.3f}" for v in vals)
         print(f"eval loss (held-out {val_ids.numel()} characters): mean {sum(v.item() for v in vals) / world:.3f}, "
               f"per replica {per}")
-        print(f"trickle (rank 0): {st.steps} steps, {st.exchanges} exchanges, sent {st.bytes_sent} bytes "
+        who = "ddp (rank 0, a ring's cost)" if args.algo == "ddp" else "trickle (rank 0)"
+        print(f"{who}: {st.steps} steps, {st.exchanges} exchanges, sent {st.bytes_sent} bytes "
               f"({mib(st.bytes_sent)}); a dense fp32 all-reduce every step: {st.dense_bytes} bytes "
               f"({mib(st.dense_bytes)}): {st.reduction:.1f}x less (initial broadcast {st.initial_bytes_sent} bytes, "
               f"not counted)")
@@ -297,7 +384,8 @@ def main() -> int:
             print(f"  SPARTA part: {sp.exchanges} exchanges, {sp.bytes_sent} bytes; DiLoCo part: {ou.exchanges} "
                   f"outer steps, {ou.bytes_sent} bytes (no sparse exchange at the {ou.exchanges} steps that end a round)")
         if identical is not None:
-            print(f"replicas after the last outer step: {'identical' if identical else 'DIFFERENT'}")
+            print(f"replicas after the last {'step' if args.algo == 'ddp' else 'outer step'}: "
+                  f"{'identical' if identical else 'DIFFERENT'}")
         print(f"done in {time.time() - t0:.1f} s", flush=True)
     assert identical is not False, "the replicas differ right after an outer step"
     if has_outer:

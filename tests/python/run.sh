@@ -4,7 +4,9 @@
 # test_distributed.py (4 processes, gloo), test_cuda.py (CUDA tensors: skipped without a
 # GPU or a CUDA build), test_elastic.py (3 processes over trickle.Elastic,
 # one killed with SIGKILL and restarted), test_peer_failure.py (2 processes, one leaves)
-# and the examples examples/python/train.py and train_gpt.py (4 workers, each algorithm).
+# the examples examples/python/train.py and train_gpt.py (4 workers, each algorithm, and
+# train_gpt.py's dense baseline --algo ddp), and the network lab's short mode
+# (scripts/wan_lab.sh --short: 2 workers in network namespaces; skipped without root).
 #
 #   tests/python/run.sh                 # build if needed, then run everything
 #   tests/python/run.sh --no-example    # skip the example runs
@@ -170,10 +172,20 @@ if [ "$RUN_EXAMPLE" = 1 ]; then
         run "example train.py --algo $algo (torchrun, $NPROC workers)" \
             timeout 120 "${torchrun[@]}" examples/python/train.py --steps 200 --algo $algo
     done
-    for algo in sparta diloco sparta-diloco; do
+    for algo in sparta diloco sparta-diloco ddp; do
         run "example train_gpt.py --algo $algo (torchrun, $NPROC workers, a small GPT)" \
             timeout 120 "${torchrun[@]}" examples/python/train_gpt.py --steps 60 --log-every 20 --algo $algo
     done
+    # The network lab's short mode: 2 worker processes in network namespaces on 50 Mb/s
+    # links (scripts/wan_lab.sh). As root where namespaces can be made; it says why it
+    # skips (exit 77) elsewhere, which is not a failure.
+    lab_short() {
+        timeout 300 bash scripts/wan_lab.sh --short --python "$VPY" --out "$VENV/wan_lab_short"
+        local rc=$?
+        [ "$rc" = 77 ] && return 0
+        return "$rc"
+    }
+    run "scripts/wan_lab.sh --short (2 workers in network namespaces, 50 Mb/s links, sparta and ddp)" lab_short
 fi
 
 if [ ${#failed[@]} -gt 0 ]; then
