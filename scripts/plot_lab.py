@@ -39,6 +39,14 @@ def qdisc_drops(entries):
     return sum(q.get("drops", 0) for q in entries if q.get("kind") == "tbf")
 
 
+def link_label(lab):
+    """'10mbit both ways' when every link is alike, else the lists."""
+    ups, downs = set(lab["up"].split(",")), set(lab["down"].split(","))
+    if len(ups) == 1 and ups == downs:
+        return f"{ups.pop()} both ways"
+    return f"up {lab['up']} / down {lab['down']}"
+
+
 def run_summary(run_dir, workers):
     metrics = {}
     for r in range(workers):
@@ -107,7 +115,7 @@ def main(argv):
         for r in runs:
             fh.write(",".join(str(r[c]) for c in cols) + "\n")
     with open(os.path.join(out, "summary.md"), "w") as fh:
-        fh.write(f"# wan_lab: {workers} workers, up {lab['up']}, down {lab['down']}, {lab['steps']} steps\n\n")
+        fh.write(f"# wan_lab: {workers} workers, links {link_label(lab)}, {lab['steps']} steps\n\n")
         fh.write(f"{lab['date']}, commit {lab['commit']}, {lab['cores']} cores, kernel {lab['kernel']}; "
                  f"queue limit {lab['queue_ms']} ms, burst {lab['burst']}; trainer: {lab['trainer_args'] or 'defaults'}\n\n")
         fh.write("| run | mean step | compute / comm a step | blocked | sent a worker (library) | "
@@ -135,9 +143,12 @@ def main(argv):
         loss = [statistics.mean(m[k][i]["loss"] for k in m) for i in range(n)]
         smooth = [statistics.mean(loss[max(0, i - 9):i + 1]) for i in range(n)]
         ax.plot(t, smooth, label=r["run"], linestyle="--" if r["run"].endswith("-unshaped") else "-")
+    walls = [r["wall_s"] for r in runs]
+    if max(walls) > 20 * min(walls):  # a dense baseline on a slow link: the others would be a sliver
+        ax.set_xscale("log")
     ax.set_xlabel("wall clock (s)")
     ax.set_ylabel("training loss (workers' mean, 10-step mean)")
-    ax.set_title(f"{workers} workers, links up {lab['up']} / down {lab['down']}")
+    ax.set_title(f"{workers} workers, links {link_label(lab)}")
     ax.legend()
     plotlib.save(fig, os.path.join(out, "loss_vs_time.png"))
     fig, axes = plt.subplots(len(runs), 1, figsize=(7, 1.6 * len(runs) + 0.6), sharex=True, squeeze=False)
