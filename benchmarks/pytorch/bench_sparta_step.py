@@ -81,15 +81,13 @@ def timed(fn, iters):
     return statistics.median(out)
 
 
-def profile_calls(fn, steps=5, baseline=None):
+def profile_calls(fn, baseline, steps=5):
     """Per call of fn: GPU kernels by origin, host synchronizations, allocations and copies,
-    counted by torch.profiler over `steps` calls, less what the same profile of a call that
-    does nothing counts (`baseline`: the synchronization this function adds to drain the
-    queue, and whatever the profiler does itself)."""
+    counted by torch.profiler over `steps` calls, less `baseline`: the counts of the same
+    profile of a call that does nothing (profile_calls(lambda: None, {})): the synchronization
+    this function adds to drain the queue, and whatever the profiler does itself."""
     from torch.profiler import ProfilerActivity, profile
 
-    if baseline is None:
-        baseline = profile_calls(lambda: None, steps, baseline={})
     fn()  # anything done once (a first-call set-up) stays out of the count
     SYNC()
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
@@ -181,17 +179,18 @@ def main():
     t_dense = timed(lambda: dist.all_reduce(grads), args.iters)
 
     profiled = {}
-    if args.profile and args.device == "cuda":
-        profiled["SPARTA uniform"] = profile_calls(sparta.step)
-        profiled["SPARTA block-256"] = profile_calls(sparta_block.step)
-        profiled["AdamW optimizer.step()"] = profile_calls(opt.step)
+    baseline = profile_calls(lambda: None, {}) if args.profile and args.device == "cuda" else None
+    if baseline is not None:
+        profiled["SPARTA uniform"] = profile_calls(sparta.step, baseline)
+        profiled["SPARTA block-256"] = profile_calls(sparta_block.step, baseline)
+        profiled["AdamW optimizer.step()"] = profile_calls(opt.step, baseline)
     t_outer = {}
     if args.diloco:
         for codec in ("fp32", "int8"):
             d = trickle.DiLoCo(model, interval=1, outer_codec=codec, seed=1, broadcast_initial=False)
             t_outer[codec] = timed(d.step, args.iters)
-            if args.profile and args.device == "cuda":
-                profiled[f"DiLoCo outer step, {codec}"] = profile_calls(d.step)
+            if baseline is not None:
+                profiled[f"DiLoCo outer step, {codec}"] = profile_calls(d.step, baseline)
             del d
 
     result = {

@@ -8,7 +8,7 @@
 using namespace trickle::exec;
 
 TEST_CASE("size_grid: no more blocks than work, no fewer than one, at most what fits") {
-    const device_facts h100{132, 9, 0};
+    const device_facts h100{132};
     const tuning t{256, 4, 16};
     CHECK(size_grid(0, t, h100, 8).blocks == 0);
     CHECK(size_grid(1, t, h100, 8).blocks == 1);
@@ -26,14 +26,14 @@ TEST_CASE("size_grid: no more blocks than work, no fewer than one, at most what 
 TEST_CASE("size_grid: every block that fits on every multiprocessor when the work allows") {
     // The H200's profile (exec/dispatch.hpp): fewer blocks than fit left the exchange
     // kernels latency-bound, so a large launch fills each multiprocessor.
-    const device_facts h200{132, 9, 0};
+    const device_facts h200{132};
     const tuning t{256, 1, 16};
     CHECK(size_grid(1u << 20, t, h200, 8).blocks == 8 * 132);
     CHECK(size_grid(1u << 20, t, h200, 4).blocks == 4 * 132);
     CHECK(size_grid(1u << 20, t, h200, 0).blocks == 132);
     // A launch with fewer units than that gets a block per unit.
     CHECK(size_grid(700, t, h200, 8).blocks == 700);
-    const device_facts a100{108, 8, 0};
+    const device_facts a100{108};
     CHECK(size_grid(1u << 20, t, a100, 6).blocks == 6 * 108);
     CHECK(fits_32bit((std::size_t{1} << 31) - 1));
     CHECK(!fits_32bit(std::size_t{1} << 31));

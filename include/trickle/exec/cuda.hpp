@@ -90,7 +90,7 @@ inline int stream_device(cudaStream_t stream) {
 // The device an exec::cuda launches on: its own, or its stream's.
 inline int device_of(const exec::cuda& ex) { return ex.device >= 0 ? ex.device : stream_device(ex.stream); }
 
-// Multiprocessor count and compute capability of a device, cached per device.
+// What the dispatch knows of a device (its multiprocessor count), cached per device.
 inline exec::device_facts device_facts_of(int device) {
     constexpr int cached = 64;
     static thread_local exec::device_facts cache[cached] = {};
@@ -98,8 +98,6 @@ inline exec::device_facts device_facts_of(int device) {
     if (device >= 0 && device < cached && have[device]) return cache[device];
     exec::device_facts f;
     TRICKLE_CUDA_CHECK(cudaDeviceGetAttribute(&f.multiprocessors, cudaDevAttrMultiProcessorCount, device));
-    TRICKLE_CUDA_CHECK(cudaDeviceGetAttribute(&f.cc_major, cudaDevAttrComputeCapabilityMajor, device));
-    TRICKLE_CUDA_CHECK(cudaDeviceGetAttribute(&f.cc_minor, cudaDevAttrComputeCapabilityMinor, device));
     if (device >= 0 && device < cached) {
         cache[device] = f;
         have[device] = true;

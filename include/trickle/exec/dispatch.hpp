@@ -41,8 +41,6 @@ struct tuning {
 // What the dispatch knows of a device.
 struct device_facts {
     int multiprocessors = 1;
-    int cc_major = 8;          // compute capability
-    int cc_minor = 0;
 };
 
 // The grid of a launch: blocks x threads.

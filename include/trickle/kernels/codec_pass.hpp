@@ -193,10 +193,10 @@ struct encode_slots_body {
     Words words{};
 
     TRICKLE_HOST_DEVICE void operator()(std::size_t b) const {
+        const int r = at.owner(b);
+        std::byte* out = slots + static_cast<std::size_t>(r) * at.E + codec.block_offset(b - at.first_block(r));
         if constexpr (per_value_codec<C> && std::is_same_v<Words, nearest_words>) {
             using code_type = typename C::code_type;
-            const int r = at.owner(b);
-            std::byte* out = slots + static_cast<std::size_t>(r) * at.E + (b - at.first_block(r)) * sizeof(code_type);
             float x;
             if constexpr (std::is_same_v<Source, array_source>)
                 x = source.values[b];
@@ -212,8 +212,6 @@ struct encode_slots_body {
             return;
         }
         const std::size_t i0 = b * at.B, m = at.block_size(b);
-        const int r = at.owner(b);
-        std::byte* out = slots + static_cast<std::size_t>(r) * at.E + codec.block_offset(b - at.first_block(r));
         if constexpr (std::is_same_v<Source, array_source>) {
             // In place: the fed-back values stay in the array until the decode overwrites them.
             float* x = source.values + i0;
@@ -255,9 +253,9 @@ struct sum_slots_body {
     Words words{};
 
     TRICKLE_HOST_DEVICE void operator()(std::size_t j) const {
+        const std::size_t offset = codec.block_offset(j);
         if constexpr (per_value_codec<C> && std::is_same_v<Words, nearest_words>) {
             using code_type = typename C::code_type;
-            const std::size_t offset = j * sizeof(code_type);
             float s = C::decode_value(load_code<code_type>(in + offset));
             for (int q = 1; q < at.ranks; ++q)
                 s = add_rn(s, C::decode_value(load_code<code_type>(in + static_cast<std::size_t>(q) * at.E + offset)));
@@ -267,7 +265,6 @@ struct sum_slots_body {
         }
         const std::size_t b = at.first_block(me) + j;
         const std::size_t k0 = j * at.B, m = at.block_size(b);
-        const std::size_t offset = codec.block_offset(j);
         float* s = sum + k0;
         float* p = part + k0;
         codec.decode_block(in + offset, m, s);
@@ -290,17 +287,15 @@ struct decode_slots_body {
 
     TRICKLE_HOST_DEVICE void operator()(std::size_t b) const {
         const int r = at.owner(b);
+        const std::byte* code = in + static_cast<std::size_t>(r) * at.E + codec.block_offset(b - at.first_block(r));
         if constexpr (per_value_codec<C>) {
-            using code_type = typename C::code_type;
-            const float v = C::decode_value(
-                load_code<code_type>(in + static_cast<std::size_t>(r) * at.E + (b - at.first_block(r)) * sizeof(code_type)));
+            const float v = C::decode_value(load_code<typename C::code_type>(code));
             if constexpr (std::is_same_v<Sink, array_sink>)
                 sink.values[b] = v;
             else
                 sink(b, 1, &v);
             return;
         }
-        const std::byte* code = in + static_cast<std::size_t>(r) * at.E + codec.block_offset(b - at.first_block(r));
         if constexpr (std::is_same_v<Sink, array_sink>) {
             codec.decode_block(code, at.block_size(b), sink.values + b * at.B);
         } else {
