@@ -23,6 +23,11 @@ import statistics
 import sys
 
 
+def read_json(path):
+    with open(path) as fh:
+        return json.load(fh)
+
+
 def read_jsonl(path):
     with open(path) as fh:
         return [json.loads(line) for line in fh if line.strip()]
@@ -63,8 +68,8 @@ def run_summary(run_dir, workers):
     lib_sent = statistics.mean(m[steps - 1]["bytes_sent"] for m in metrics.values())
     tail = max(1, min(10, steps))
     loss = statistics.mean(statistics.mean(x["loss"] for x in m[steps - tail:steps]) for m in metrics.values())
-    before = json.load(open(os.path.join(run_dir, "counters_before.json")))
-    after = json.load(open(os.path.join(run_dir, "counters_after.json")))
+    before = read_json(os.path.join(run_dir, "counters_before.json"))
+    after = read_json(os.path.join(run_dir, "counters_after.json"))
     tx = [link_bytes(a)[0] - link_bytes(b)[0] for a, b in zip(after, before)]
     drops = sum(qdisc_drops(a["qdisc_up"]) + qdisc_drops(a["qdisc_down"])
                 - qdisc_drops(b["qdisc_up"]) - qdisc_drops(b["qdisc_down"]) for a, b in zip(after, before))
@@ -90,7 +95,7 @@ def main(argv):
         print(__doc__, file=sys.stderr)
         return 2
     out = argv[1]
-    lab = json.load(open(os.path.join(out, "lab.json")))
+    lab = read_json(os.path.join(out, "lab.json"))
     workers = lab["workers"]
     runs = []
     for name in sorted(os.listdir(out)):
@@ -126,7 +131,8 @@ def main(argv):
             fh.write(f"| {r['run']} | {r['mean_step_s'] * 1e3:.1f} ms | {r['compute_s'] * 1e3:.1f} / "
                      f"{r['comm_s'] * 1e3:.1f} ms | {r['blocked_share']:.0%} | {r['lib_bytes_per_worker'] / 1e3:,.1f} KB | "
                      f"{r['iface_bytes_per_worker'] / 1e3:,.1f} KB | {r['drops']} | {r['final_loss']:.3f} | {ratio} |\n")
-    print(open(os.path.join(out, "summary.md")).read())
+    with open(os.path.join(out, "summary.md")) as fh:
+        print(fh.read())
 
     try:
         sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))

@@ -80,20 +80,18 @@ bits_per_second() {
         m["bps"] = 8; m["kbps"] = 8e3; m["mbps"] = 8e6; m["gbps"] = 8e9
         printf "%.0f\n", v * m[u] }'
 }
-per_worker() { # list default i -> the i-th entry of a comma list, or the default
-    local list=$1 def=$2 i=$3
-    [[ -z "$list" ]] && { echo "$def"; return; }
+# Per-worker rates: a comma list of one entry per worker, or --rate for every worker.
+ups=() downs=()
+for ((i = 0; i < workers; i++)); do ups+=("$rate"); downs+=("$rate"); done
+[[ -n "$up" ]] && IFS=, read -r -a ups <<< "$up"
+[[ -n "$down" ]] && IFS=, read -r -a downs <<< "$down"
+for list in "$up" "$down"; do
+    [[ -z "$list" ]] && continue
     IFS=, read -r -a xs <<< "$list"
     (( ${#xs[@]} == workers )) || die "a per-worker list needs $workers entries, got '$list'"
-    echo "${xs[$i]}"
-}
-ups=() downs=()
-for ((i = 0; i < workers; i++)); do
-    ups+=("$(per_worker "$up" "$rate" "$i")")
-    downs+=("$(per_worker "$down" "$rate" "$i")")
-    for r in "${ups[i]}" "${downs[i]}"; do
-        [[ "$r" == none ]] || bits_per_second "$r" > /dev/null || die "'$r' is not a rate tc understands (e.g. 10mbit, 500kbit)"
-    done
+done
+for r in "${ups[@]}" "${downs[@]}"; do
+    [[ "$r" == none ]] || bits_per_second "$r" > /dev/null || die "'$r' is not a rate tc understands (e.g. 10mbit, 500kbit)"
 done
 
 if [[ -z "$py" ]]; then
