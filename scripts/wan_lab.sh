@@ -17,7 +17,11 @@
 #                      two full frames; a small burst, so the rate holds over short spans)
 #   --queue-ms MS      how long a packet may wait in the queue before tbf drops it (default 100)
 #   --algos "A B ..."  strategies, in order (default "ddp sparta diloco"): any of
-#                      train_gpt.py's --algo values
+#                      train_gpt.py's --algo values, each with variants after '+':
+#                      +overlap (SPARTA's overlapped exchange), +tauN (DiLoCo's outer
+#                      step applied N inner steps after it starts: --overlap-steps N),
+#                      +fragN (Streaming DiLoCo's fragments); e.g. "sparta+overlap
+#                      diloco+tau30 diloco+frag4+tau5" 
 #   --steps N          optimizer steps per run (default 100)
 #   --unshaped         also run every strategy once without shaping, for the ratio of
 #                      mean step times (the issue's targets are ratios to that)
@@ -67,8 +71,26 @@ fi
 [[ "$steps" =~ ^[0-9]+$ ]] && (( steps >= 1 )) || die "--steps must be >= 1, got '$steps'"
 [[ "$queue_ms" =~ ^[0-9]+$ ]] && (( queue_ms >= 1 )) || die "--queue-ms must be >= 1, got '$queue_ms'"
 [[ -z "$burst" || "$burst" =~ ^[0-9]+$ ]] || die "--burst is a number of bytes, got '$burst'"
+# A strategy's trainer flags: "diloco+frag4+tau5" -> --algo diloco --fragments 4 --overlap-steps 5.
+strategy_args() {
+    local spec=$1 base part
+    base=${spec%%+*}
+    case $base in ddp|sparta|diloco|sparta-diloco) ;; *) return 1 ;; esac
+    echo "--algo $base"
+    [[ "$spec" == *+* ]] || return 0
+    local rest=${spec#*+}
+    IFS=+ read -ra parts <<< "$rest"
+    for part in "${parts[@]}"; do
+        case $part in
+            overlap) [[ $base == sparta* ]] || return 1; echo "--overlap" ;;
+            tau[0-9]*) [[ ${part#tau} =~ ^[0-9]+$ && $base == *diloco ]] || return 1; echo "--overlap-steps ${part#tau}" ;;
+            frag[0-9]*) [[ ${part#frag} =~ ^[0-9]+$ && $base == *diloco ]] || return 1; echo "--fragments ${part#frag}" ;;
+            *) return 1 ;;
+        esac
+    done
+}
 for a in $algos; do
-    case $a in ddp|sparta|diloco|sparta-diloco) ;; *) die "unknown strategy '$a' in --algos (ddp, sparta, diloco, sparta-diloco)" ;; esac
+    strategy_args "$a" > /dev/null || die "unknown strategy '$a' in --algos (ddp, sparta, diloco, sparta-diloco; variants +overlap for sparta, +tauN and +fragN for diloco)"
 done
 
 # Rates: "10mbit" -> bits per second (tc's units), for the burst and the report.
@@ -191,7 +213,7 @@ run_one() { # strategy, shaped (1/0)
     for ((i = 0; i < workers; i++)); do
         ip netns exec "$(ns $i)" env RANK=$i WORLD_SIZE=$workers LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 \
             MASTER_ADDR=10.213.0.1 MASTER_PORT=$port GLOO_SOCKET_IFNAME=eth0 OMP_NUM_THREADS=1 PYTHONUNBUFFERED=1 \
-            "$py" "$root/examples/python/train_gpt.py" --algo "$algo" --steps "$steps" \
+            "$py" "$root/examples/python/train_gpt.py" $(strategy_args "$algo") --steps "$steps" \
             --metrics "$dir/metrics_{rank}.jsonl" "${trainer_args[@]}" > "$dir/worker_$i.log" 2>&1 &
         pids+=($!)
     done

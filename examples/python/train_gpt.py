@@ -238,6 +238,12 @@ def main() -> int:
     ap.add_argument("--outer-lr", type=float, default=0.7, help="DiLoCo: the outer Nesterov learning rate (0.7)")
     ap.add_argument("--outer-codec", choices=list(trickle.CODECS), default="fp32",
                     help="DiLoCo: the outer gradient on the wire (default fp32)")
+    ap.add_argument("--overlap", action="store_true",
+                    help="SPARTA / SPARTA + DiLoCo: overlap each exchange with the next step (applied one step late)")
+    ap.add_argument("--overlap-steps", type=int, default=0,
+                    help="DiLoCo / SPARTA + DiLoCo: tau, the inner steps an outer step's exchange travels before it is "
+                    "applied (0: at once; with --fragments 1 the eager, delayed outer step)")
+    ap.add_argument("--fragments", type=int, default=1, help="DiLoCo: Streaming DiLoCo's fragments (default 1)")
     ap.add_argument("--metrics", default="",
                     help="a JSON line per step to this file ({rank} is replaced by the worker's rank): compute and "
                     "communication seconds, loss, bytes sent")
@@ -285,16 +291,17 @@ def main() -> int:
 
     common = dict(seed=args.seed)
     outer = dict(interval=args.interval, outer="nesterov", outer_lr=args.outer_lr, momentum=0.9,
-                 outer_codec=args.outer_codec)
+                 outer_codec=args.outer_codec, overlap_steps=args.overlap_steps, fragments=args.fragments)
+    sparse = dict(fraction=args.fraction, sampler=args.sampler, overlap=args.overlap)
     try:
         if args.algo == "ddp":
             algo = DenseAllReduce(model)
         elif args.algo == "sparta":
-            algo = trickle.SPARTA(model, fraction=args.fraction, sampler=args.sampler, **common)
+            algo = trickle.SPARTA(model, **sparse, **common)
         elif args.algo == "diloco":
             algo = trickle.DiLoCo(model, **outer, **common)
         else:
-            algo = trickle.SPARTADiLoCo(model, fraction=args.fraction, sampler=args.sampler, **outer, **common)
+            algo = trickle.SPARTADiLoCo(model, **sparse, **outer, **common)
     except ValueError as e:  # raised on every worker together
         if device.type != "cuda" or trickle.build_info()["cuda"]:
             raise
@@ -359,7 +366,9 @@ def main() -> int:
     if metrics is not None:
         metrics.close()
     identical = None
-    if (has_outer and args.steps % args.interval == 0) or args.algo == "ddp":
+    # (Streaming or a delayed outer step applies its last averages after the run's end.)
+    streams = args.overlap_steps > 0 or args.fragments > 1
+    if (has_outer and not streams and args.steps % args.interval == 0) or args.algo == "ddp":
         # The last step was an outer step (or every step averaged the gradients): every
         # replica now holds the same bits.
         flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
@@ -388,7 +397,7 @@ def main() -> int:
                   f"{'identical' if identical else 'DIFFERENT'}")
         print(f"done in {time.time() - t0:.1f} s", flush=True)
     assert identical is not False, "the replicas differ right after an outer step"
-    if has_outer:
+    if has_outer and not streams:
         outer_steps = algo.outer_stats.exchanges if args.algo == "sparta-diloco" else st.exchanges
         assert outer_steps == args.steps // args.interval, (outer_steps, args.steps // args.interval)
     dist.barrier()

@@ -23,6 +23,7 @@
 #include <pybind11/stl.h>
 
 #include <trickle/aggregate/aggregate.hpp>
+#include <trickle/comm/async.hpp>
 #include <trickle/codec/any.hpp>
 #include <trickle/codec/sparse.hpp>
 #include <trickle/core/type_list.hpp>
@@ -416,6 +417,7 @@ inline trickle::sparta_options sparta_opts(const py::dict& d, const char* interv
     o.seed = get<std::uint64_t>(d, "seed");
     o.broadcast_initial = get<bool>(d, "broadcast_initial");
     o.stochastic_rounding = get<bool>(d, "stochastic_rounding");
+    o.overlap = get<bool>(d, "overlap");
     return o;
 }
 
@@ -560,6 +562,8 @@ class algorithm_base {
 public:
     virtual ~algorithm_base() = default;
     virtual void step() = 0;
+    // Applies an overlapped exchange still pending (SPARTA's overlap); before save_bytes().
+    virtual void flush() = 0;
     virtual trickle::exchange_stats stats(stats_part part) const = 0;
     // One parameter group's account (group order as params().groups).
     virtual trickle::exchange_stats group_stats(std::size_t group, stats_part part) const = 0;
@@ -583,6 +587,7 @@ public:
     explicit algorithm_impl(Args&&... args) : w_(std::forward<Args>(args)...) {}
 
     void step() override { w_.step(); }
+    void flush() override { w_.flush(); }
     trickle::exchange_stats stats(stats_part part) const override {
         if constexpr (requires { w_.sparse_stats(); }) {
             if (part == stats_part::sparse) return w_.sparse_stats();
@@ -634,11 +639,14 @@ public:
     // algorithms pass follows from the configuration and the model layout the ranks compare
     // at construction, so an exchange over a small model is one collective
     // (docs/communicators.md, comm::process_group).
+    //
+    // The engines run on comm::async over it: every collective runs on a progress thread of
+    // this object's, in the order started, so an overlapped exchange (SPARTA's overlap,
+    // DiLoCo's overlap_steps) travels while the trainer computes; a blocking one is a start
+    // and a wait. The Python layer gives an overlapping object a process group of its own,
+    // so its collectives never interleave with the trainer's.
     bound_algorithm(std::string kind, process_group_ptr pg)
-        : kind_(std::move(kind)),
-          comm_(std::make_unique<trickle::comm::process_group>(
-              std::move(pg),
-              trickle::comm::process_group_options{.checks = trickle::comm::argument_checks::in_payload})) {}
+        : kind_(std::move(kind)), comm_(std::make_unique<host_comm>(std::move(pg))) {}
 #if TRICKLE_PY_CUDA
     // Over a torch.distributed group, for parameters on CUDA device `device`: the engines
     // run on comm::cuda_channel (cuda_engines.hpp) over comm::process_group_cuda, on torch's
@@ -679,7 +687,7 @@ public:
 #if TRICKLE_PY_CUDA
         if (channel_) return f(static_cast<trickle::comm::cuda_channel&>(*channel_));
 #endif
-        return f(*comm_);
+        return f(comm_->async);
     }
     trickle::comm::elastic_group& elastic() { return *elastic_; }
     bool is_elastic() const { return elastic_ != nullptr; }
@@ -710,20 +718,20 @@ public:
 #if TRICKLE_PY_CUDA
         if (cuda_) return cuda_->collectives();
 #endif
-        if (comm_) return comm_->collectives();
+        if (comm_) return comm_->async.inspect([](const trickle::comm::process_group& c) { return c.collectives(); });
         return 0;
     }
     int rank() const {
 #if TRICKLE_PY_CUDA
         if (cuda_) return cuda_->rank();
 #endif
-        return comm_ ? comm_->rank() : elastic_->rank();
+        return comm_ ? comm_->async.rank() : elastic_->rank();
     }
     int size() const {
 #if TRICKLE_PY_CUDA
         if (cuda_) return cuda_->size();
 #endif
-        return comm_ ? comm_->size() : elastic_->size();
+        return comm_ ? comm_->async.size() : elastic_->size();
     }
 
 private:
@@ -737,8 +745,18 @@ private:
         elastic_.reset();
     }
 
+    // The process group's communicator and the progress thread over it (destroyed first).
+    struct host_comm {
+        explicit host_comm(process_group_ptr pg)
+            : group(std::move(pg),
+                    trickle::comm::process_group_options{.checks = trickle::comm::argument_checks::in_payload}),
+              async(group) {}
+        trickle::comm::process_group group;
+        trickle::comm::async<trickle::comm::process_group> async;
+    };
+
     std::string kind_;
-    std::unique_ptr<trickle::comm::process_group> comm_;
+    std::unique_ptr<host_comm> comm_;
 #if TRICKLE_PY_CUDA
     std::unique_ptr<trickle::comm::process_group_cuda> cuda_;
     std::unique_ptr<trickle::comm::channel_of<trickle::comm::process_group_cuda>> channel_;

@@ -89,8 +89,11 @@ void add_family(py::dict& names, py::dict& options, const char* family, Keys key
 // rank reported one.
 // Over an NCCL group (which carries CUDA tensors only) the agreement goes through device
 // memory on the current device (comm::process_group_cuda), in a CUDA build.
-void agree_python(process_group_ptr pg, const std::string& kind, const std::string& error) {
+// `overlaps`: whether the object's exchanges may travel between steps (then the Python
+// layer gives it a process group of its own, which every rank must make together).
+void agree_python(process_group_ptr pg, const std::string& kind, const std::string& error, bool overlaps) {
     trickle::config_record rec("python." + kind);
+    rec.add("overlapped exchanges (overlap, overlap_steps)", overlaps);
     if (!error.empty()) rec.set_error(error);
 #if TRICKLE_PY_CUDA
     if (trickle::comm::process_group_cuda::takes_device_tensors(pg)) {
@@ -143,6 +146,13 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
                 a.algo().step();
             },
             "Collective: one step of the algorithm (after optimizer.step()).")
+        .def(
+            "flush",
+            [](bound_algorithm& a) {
+                py::gil_scoped_release release;
+                a.algo().flush();
+            },
+            "Applies an overlapped exchange still pending (every worker at the same step).")
         .def("stats", [](const bound_algorithm& a) { return stats_dict(a.algo().stats(stats_part::total)); })
         .def("sparse_stats", [](const bound_algorithm& a) { return stats_dict(a.algo().stats(stats_part::sparse)); })
         .def("outer_stats", [](const bound_algorithm& a) { return stats_dict(a.algo().stats(stats_part::outer)); })
@@ -207,7 +217,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def(
         "parse_aggregate", [](const std::string& text) { return trickle::aggregate::parse(text).name(); },
         py::arg("text"));
-    m.def("agree", &agree_python, py::arg("group"), py::arg("kind"), py::arg("error"));
+    m.def("agree", &agree_python, py::arg("group"), py::arg("kind"), py::arg("error"), py::arg("overlaps") = false);
     // What this extension was built with (trickle.build_info()).
     py::dict info;
     info["trickle"] = std::to_string(TRICKLE_VERSION_MAJOR) + "." + std::to_string(TRICKLE_VERSION_MINOR);

@@ -92,6 +92,9 @@ _SPARTA = {
     "warmup_steps": 0,
     "warmup_start_fraction": 0.05,
     "codec": "fp32",
+    # Overlapped SPARTA (sparta_options::overlap; docs/streaming.md): the exchange of step t
+    # travels during the next step and is applied at step t + 1, corrected for the change.
+    "overlap": False,
 }
 
 _DILOCO = {
@@ -183,9 +186,12 @@ _OPTION_DOCS = {
     "sparse_chunk": "chunk_topk: values per chunk",
     "sparse_k": "chunk_topk: values kept per chunk (largest magnitudes), 1 <= sparse_k <= sparse_chunk",
     "sparse_fraction": "random_k: fraction of the values kept, in (0, 1] (shared positions, no index sent)",
+    "overlap": "SPARTA: the exchange of step t travels during step t + 1 and is applied then, corrected for the "
+    "local change (fp32 with the all_reduce topology travels on trickle's progress thread; CPU parameters)",
     "fragments": "Streaming DiLoCo: F fragments cut at tensor boundaries, their outer steps staggered over the round",
     "fragment_tensors": "Streaming DiLoCo: tensors per fragment, in order (None: F fragments balanced by size)",
-    "overlap_steps": "Streaming DiLoCo: tau in [0, interval), the inner steps before a fragment's average is applied",
+    "overlap_steps": "Streaming DiLoCo: tau in [0, interval), the inner steps a fragment's exchange travels before "
+    "its average is applied (with fragments=1: the whole outer step, delayed by tau; the eager outer step)",
     "mix": "Streaming DiLoCo: alpha in [0, 1], a late average merged as alpha x local + (1 - alpha) x global",
     "state_in_pinned_host": "CUDA parameters: keep the snapshot and the outer optimizer's state in pinned host "
     "memory instead of on the GPU (large models)",
@@ -293,6 +299,7 @@ def _parse_options(kind: str, given: Dict[str, Any]) -> Dict[str, Any]:
     out["codec"] = "fp32"
     out["outer_codec"] = "fp32"
     if kind in ("SPARTA", "SPARTADiLoCo"):
+        out["overlap"] = _bool(kind, "overlap", o["overlap"])
         out["codec"] = _choice(kind, "codec", o["codec"], _CODEC_NAMES)
         out["fraction"] = _real(kind, "fraction", o["fraction"])
         out["sampler"] = _choice(kind, "sampler", o["sampler"], SAMPLERS)
@@ -527,15 +534,24 @@ class _Algorithm:
             problem = e
         # Every rank learns whether any rank found a problem before the collective
         # constructor starts, so that no rank is left waiting in it.
+        # An object whose exchanges travel between steps runs its collectives on trickle's
+        # progress thread while the trainer goes on: over the default group it gets a group of
+        # its own (made by every rank together, once the ranks agree that it overlaps), so
+        # that they never interleave with the trainer's own collectives.
+        overlaps = bool(opts.get("overlap")) or int(opts.get("overlap_steps", 0)) > 0
         try:
-            _C.agree(group, kind, "" if problem is None else str(problem))
+            _C.agree(group, kind, "" if problem is None else str(problem), overlaps)
         except ValueError:
             if problem is not None:
                 raise problem from None
             raise
+        runs_on = group
+        if overlaps and options.get("group") is None and _backend_name(group) != "nccl":
+            runs_on = dist.new_group(backend=dist.get_backend(group))
         self._group = group  # keeps the Python process group alive as long as this object
+        self._own_group = runs_on if runs_on is not group else None
         self._options = opts
-        self._impl = type(self)._factory(group, params, opts)
+        self._impl = type(self)._factory(runs_on, params, opts)
         _LIVE.add(self)
 
     def _build_elastic(self, model, options: Dict[str, Any]):
@@ -593,7 +609,10 @@ class _Algorithm:
     def state_dict(self) -> Dict[str, Any]:
         """This worker's algorithm state (step counters, sampler position, DiLoCo's snapshot
         and outer-optimizer state, traffic counts), not the model's parameters: save those
-        with the model. Works with torch.save / torch.load."""
+        with the model. Works with torch.save / torch.load. With overlap=True, an exchange
+        still pending is applied first (call it on every worker at the same step, as a
+        checkpoint needs anyway)."""
+        self._impl.flush()  # an overlapped exchange still pending is applied first
         return {
             "format": STATE_FORMAT,
             "algorithm": self._kind,

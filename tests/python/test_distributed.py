@@ -849,6 +849,57 @@ def test_streaming_fragments_on_every_worker():
     assert late == [False, False, True], late
 
 
+def test_overlap_across_processes():
+    """SPARTA's overlap and DiLoCo's delayed outer step over a real process group: the
+    exchange travels on trickle's progress thread, over a group of the object's own, while
+    the trainer goes on (and runs its own collectives); it lands when the semantics say."""
+    N, r = world(), rank()
+    n = 1000
+    t = torch.randn(n, generator=torch.Generator().manual_seed(r))
+    s = trickle.SPARTA([t], fraction=1.0, seed=3, overlap=True)
+    assert s.options["overlap"] is True
+    assert s._own_group is not None and s.group is dist.distributed_c10d._get_default_group()
+    perturb([t], 0)
+    gathered = t.clone()
+    s.step()  # the exchange of step 1 starts; nothing lands yet
+    assert s.stats.exchanges == 0 and s.stats.bytes_sent == 0, s.stats
+    assert not bool(identical_mask(t).all())
+    x = torch.ones(1)
+    dist.all_reduce(x)  # the trainer's own collective, on its own group, meanwhile
+    assert x.item() == N
+    s.step()  # lands: the mean of step 1's values plus what changed since (nothing)
+    assert bool(identical_mask(t).all()), "overlapped SPARTA: replicas differ after the average landed"
+    assert torch.allclose(t, mean_of_replicas(gathered), atol=1e-6)
+    assert s.stats.exchanges == 1 and s.stats.last_bytes_sent == exchange_bytes(n, N, r), s.stats
+    # state_dict() applies the exchange still pending (step 2's) first.
+    perturb([t], 1)
+    st = s.state_dict()
+    assert s.stats.exchanges == 2 and st["algorithm"] == "SPARTA", s.stats
+
+    # DiLoCo, overlap_steps=2 with one fragment: the outer step of step 4 lands after step 6,
+    # and the parameters become the new global ones: the blocking run's bits after step 4.
+    a = torch.randn(n, generator=torch.Generator().manual_seed(10 + r))
+    b = a.clone()
+    da = trickle.DiLoCo([a], interval=4, outer="average")
+    db = trickle.DiLoCo([b], interval=4, outer="average", overlap_steps=2)
+    assert da._own_group is None and db._own_group is not None
+    for step in range(4):
+        perturb([a], step)
+        perturb([b], step)
+        da.step()
+        db.step()
+    after_outer = a.clone()
+    assert bool(identical_mask(a).all()) and not bool(identical_mask(b).all())
+    assert da.stats.exchanges == 1 and db.stats.exchanges == 0, (da.stats, db.stats)
+    for step in range(4, 6):
+        perturb([b], step)
+        db.step()
+        assert db.stats.exchanges == (1 if step == 5 else 0), db.stats
+    assert torch.equal(bits(b), bits(after_outer)), "the delayed outer step differs from the blocking one"
+    # Ranks that disagree on overlapping raise together, naming it.
+    expect_raises(trickle.MismatchError, lambda: trickle.SPARTA([t], fraction=0.5, overlap=(r == 1)), "overlap")
+
+
 def test_set_weight_on_one_worker():
     r = rank()
     m = make_model(seed=r)
@@ -995,6 +1046,7 @@ def test_bad_aggregate_raises_on_every_rank():
 
 
 TESTS = [
+    test_overlap_across_processes,
     test_broadcast_initial,
     test_sparta_full_fraction_makes_replicas_identical,
     test_sparta_partial_fraction_uniform,

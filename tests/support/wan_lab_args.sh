@@ -23,6 +23,10 @@ expect "--steps must be >= 1, got '0'" --steps 0
 expect "--queue-ms must be >= 1, got '-5'" --queue-ms -5
 expect "--burst is a number of bytes, got '4kb'" --burst 4kb
 expect "unknown strategy 'dense'" --algos "sparta dense"
+expect "unknown strategy 'diloco+overlap'" --algos "diloco+overlap"
+expect "unknown strategy 'sparta+tau5'" --algos "sparta+tau5"
+expect "unknown strategy 'diloco+taux'" --algos "diloco+taux"
+expect "unknown strategy 'diloco+frag4+slow'" --algos "diloco+frag4+slow"
 expect "'fast' is not a rate tc understands" --rate fast
 expect "a per-worker list needs 4 entries, got '10mbit,5mbit'" --up 10mbit,5mbit
 after=$(ip netns list 2> /dev/null | grep -c '^tlab' || true)

@@ -26,12 +26,19 @@ std::vector<float> inputs(int r, std::size_t n) {
 
 } // namespace
 
-TEST_CASE("process_group all_reduce_sum: comm::local's bits on every rank, by one all-gather or by chunks, under "
-          "either argument check") {
-    // gather_extra_bytes 0: chunks for N >= 3; 1 MiB: one all-gather for all these sizes.
+TEST_CASE("process_group all_reduce_sum: comm::local's bits on every rank, by one all-gather, by chunks or by chunks "
+          "in pairwise rounds, under either argument check") {
+    // gather_extra_bytes 0: chunks for N >= 3; 1 MiB: one all-gather for all these sizes;
+    // rounds_min_bytes 0: the chunks in pairwise rounds.
+    constexpr std::size_t never = SIZE_MAX;
     for (const comm::process_group_options o :
-         {comm::process_group_options{}, comm::process_group_options{.gather_extra_bytes = 0},
-          comm::process_group_options{.checks = comm::argument_checks::in_payload, .gather_extra_bytes = 0},
+         {comm::process_group_options{.rounds_min_bytes = never},
+          comm::process_group_options{.gather_extra_bytes = 0, .rounds_min_bytes = never},
+          comm::process_group_options{.gather_extra_bytes = 0, .rounds_min_bytes = 0},
+          comm::process_group_options{.checks = comm::argument_checks::in_payload, .gather_extra_bytes = 0,
+                                      .rounds_min_bytes = never},
+          comm::process_group_options{.checks = comm::argument_checks::in_payload, .gather_extra_bytes = 0,
+                                      .rounds_min_bytes = 0},
           comm::process_group_options{.checks = comm::argument_checks::in_payload, .gather_extra_bytes = 1 << 20}}) {
         for (int N : {1, 2, 3, 4}) {
             for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{5}, std::size_t{1001}, std::size_t{20000}}) {
@@ -39,7 +46,7 @@ TEST_CASE("process_group all_reduce_sum: comm::local's bits on every rank, by on
                 std::vector<std::uint64_t> want(static_cast<std::size_t>(N));
                 std::vector<traffic_counters> got_t(static_cast<std::size_t>(N));
                 std::vector<std::uint64_t> collectives(static_cast<std::size_t>(N));
-                std::vector<int> gathered(static_cast<std::size_t>(N));
+                std::vector<int> gathered(static_cast<std::size_t>(N)), in_rounds(static_cast<std::size_t>(N));
                 comm::run_local(N, [&](comm::local& c) {
                     auto v = inputs(c.rank(), n);
                     c.all_reduce_sum(v.data(), n);
@@ -56,21 +63,29 @@ TEST_CASE("process_group all_reduce_sum: comm::local's bits on every rank, by on
                         want[r] = trickle_torch_test::all_reduce_bytes(c, n);
                         collectives[r] = c.collectives();
                         gathered[r] = c.all_reduce_gathers(n) ? 1 : 0;
+                        in_rounds[r] = c.all_reduce_in_rounds(n) ? 1 : 0;
                     },
                     o);
                 require_ok(errors);
                 for (int r = 0; r < N; ++r) {
                     const auto q = static_cast<std::size_t>(r);
                     INFO("N = ", N, ", n = ", n, ", rank ", r, ", gather_extra_bytes ", o.gather_extra_bytes,
-                         ", in_payload ", o.checks == comm::argument_checks::in_payload);
+                         ", rounds_min_bytes ", o.rounds_min_bytes, ", in_payload ",
+                         o.checks == comm::argument_checks::in_payload);
                     CHECK(trickle_test::bitwise_equal(got[q], ref[q]));
                     CHECK(got_t[q].bytes_sent == want[q]);
                     CHECK(got_t[q].bytes_received == want[q]);
                     CHECK(got_t[q].calls == 1);
                     // The collectives on the wire: an argument check (under collective checks),
-                    // then one all-gather or two all-to-alls, none for nothing to move.
+                    // then one all-gather, two all-to-alls or 2 (N-1) pairwise rounds, none for
+                    // nothing to move.
                     const unsigned check = N > 1 && o.checks == comm::argument_checks::collective ? 1u : 0u;
-                    CHECK(collectives[q] == check + (N == 1 || n == 0 ? 0u : gathered[q] ? 1u : 2u));
+                    const unsigned moves = N == 1 || n == 0 ? 0u
+                                           : gathered[q]    ? 1u
+                                           : in_rounds[q]   ? 2u * static_cast<unsigned>(N - 1)
+                                                            : 2u;
+                    CHECK(collectives[q] == check + moves);
+                    CHECK(in_rounds[q] == (N >= 3 && n != 0 && !gathered[q] && o.rounds_min_bytes == 0 ? 1 : 0));
                 }
                 if (N >= 3 && n == 1001) CHECK(gathered[0] == (o.gather_extra_bytes != 0));
                 if (N == 4 && n == 20000 && o.gather_extra_bytes == 64 * 1024) CHECK(gathered[0] == 0);

@@ -19,7 +19,8 @@
 //     request completes (wait() returned or test() returned true).
 //   - Every rank must start the same operations in the same order (as for the blocking ones).
 //   - Bytes are counted when an operation completes: traffic() is the wrapped
-//     communicator's count after the last completed operation.
+//     communicator's count after the last completed operation, and a request's wait()
+//     returns what its own operation sent and received.
 //   - An operation that throws (a bad argument, a peer that failed: comm::local's
 //     comm_error after its world is aborted) completes its request with that exception,
 //     which wait() rethrows; later operations still run.
@@ -44,6 +45,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <type_traits>
 #include <utility>
@@ -144,6 +146,21 @@ public:
         start([](Comm& c) { c.synchronize(); }).wait();
     }
 
+    // Runs fn(wrapped communicator) on the progress thread once every operation started
+    // before it has run, and returns its result: how to read what the wrapped communicator
+    // keeps (comm::process_group's collectives(), say) without racing an operation.
+    template <class Fn>
+    auto inspect(Fn fn) -> std::invoke_result_t<Fn&, Comm&> {
+        using result = std::invoke_result_t<Fn&, Comm&>;
+        if constexpr (std::is_void_v<result>) {
+            start([fn](Comm& c) mutable { fn(c); }).wait();
+        } else {
+            std::optional<result> out;
+            start([&out, fn](Comm& c) mutable { out.emplace(fn(c)); }).wait();
+            return std::move(*out);
+        }
+    }
+
 private:
     struct job {
         std::function<void(Comm&)> run;
@@ -173,14 +190,16 @@ private:
                 jobs_.pop_front();
             }
             std::exception_ptr error;
+            const traffic_counters before = comm_.traffic();
             try {
                 j.run(comm_);
             } catch (...) {
                 error = std::current_exception();
             }
+            const traffic_counters after = comm_.traffic();
             {
                 std::lock_guard lock(mutex_);
-                traffic_ = comm_.traffic();
+                traffic_ = after;
                 --queued_;
             }
             {
@@ -189,6 +208,7 @@ private:
                 std::lock_guard lock(j.done->mutex);
                 j.done->done = true;
                 j.done->error = std::move(error);
+                j.done->traffic = after - before;
             }
             j.done->cv.notify_all();
         }

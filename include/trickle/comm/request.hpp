@@ -42,15 +42,19 @@ public:
     // Whether this request names an operation (a default-constructed one does not).
     bool valid() const { return state_ != nullptr; }
 
-    // Blocks until the operation has completed; rethrows its exception, once.
-    void wait() {
-        if (!state_) return;
+    // Blocks until the operation has completed; rethrows its exception, once. Returns what
+    // the operation itself sent and received (the wrapped communicator's count across it),
+    // so a caller counts exactly the bytes of the algorithm the communicator chose.
+    traffic_counters wait() {
+        if (!state_) return {};
         std::unique_lock lock(state_->mutex);
         state_->cv.wait(lock, [&] { return state_->done; });
         std::exception_ptr error = std::exchange(state_->error, nullptr);
+        const traffic_counters traffic = state_->traffic;
         lock.unlock();
         state_.reset();
         if (error) std::rethrow_exception(error);
+        return traffic;
     }
 
     // Whether the operation has completed (then wait() returns at once).
@@ -69,6 +73,7 @@ private:
         std::condition_variable cv;
         bool done = false;
         std::exception_ptr error;
+        traffic_counters traffic{};
     };
 
     explicit request(std::shared_ptr<state> s) : state_(std::move(s)) {}

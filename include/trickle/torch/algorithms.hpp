@@ -80,6 +80,19 @@ public:
         }
     }
 
+    // Applies every group's overlapped exchange still pending (SPARTA's overlap, in group
+    // order), waiting for it if it still travels, and bumps the versions of the groups it
+    // wrote; nothing for a group without one. Call it on every worker at the same step
+    // before save() (save refuses a pending exchange).
+    void flush() {
+        require(!algos_.empty(), kind_, "::flush: this object is empty (default-constructed or moved from)");
+        for (std::size_t g = 0; g < algos_.size(); ++g) {
+            const std::uint64_t before = algos_[g].stats().exchanges;
+            flusher_(algos_[g]);
+            if (algos_[g].stats().exchanges != before) params_.groups[g].bump_versions();
+        }
+    }
+
     // The sum over groups (steps as one group counts them; dense_bytes for all parameters).
     exchange_stats stats() const {
         return sum_over_groups([](const Algo& a) -> const exchange_stats& { return a.stats(); });
@@ -236,6 +249,12 @@ protected:
             else
                 a.step(exec::host{});
         };
+        flusher_ = [](Algo& a) {
+            if constexpr (requires { a.flush(); }) // the erased handles (a host exchange; nothing on a device)
+                a.flush();
+            else if constexpr (requires { a.flush(exec::host{}); })
+                a.flush(exec::host{});
+        };
     }
 
 private:
@@ -243,6 +262,7 @@ private:
     model_params params_;
     std::vector<Algo> algos_;
     std::function<void(Algo&)> stepper_;
+    std::function<void(Algo&)> flusher_;
 };
 
 // What a wrapper's constructor accepts as the model.

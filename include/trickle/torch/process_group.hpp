@@ -60,6 +60,13 @@ struct process_group_options {
     // staging (N blocks received, every one read by every rank) costs more memory traffic
     // than the extra round trip saves, even for two ranks.
     std::size_t gather_max_bytes = 1 << 20;
+    // Buffers of at least this many bytes that do not go as one all-gather go in pairwise
+    // rounds instead of two all-to-alls: in round s (1 .. N-1) each rank sends to rank + s
+    // and receives from rank - s, so every link carries one flow each way at a time, where
+    // an all-to-all opens N-1 at once into every receiver's link (on a slow, shaped link
+    // they overflow its queue: drops and retransmissions). The same bytes and the same
+    // bits; 2 (N-1) round trips instead of 2. 0: always rounds; SIZE_MAX: never.
+    std::size_t rounds_min_bytes = 256 * 1024;
 };
 
 // A trickle::communicator over a c10d::ProcessGroup the trainer owns (in Python,
@@ -72,9 +79,9 @@ struct process_group_options {
 // comm::local and comm::mpi add it in: every rank ends with the same bits, whatever the
 // backend, and the same bits as those communicators. Small buffers go as one all-gather
 // (each rank adds every element: one collective, (N-1) n values sent per rank); larger
-// ones as a reduce-scatter and an all-gather, each an alltoall (each rank adds its chunk:
-// two collectives, the ring all-reduce's 2 (N-1)/N n values), as process_group_options
-// chooses. traffic() counts the values each way sends; headers and argument checks are
+// ones as a reduce-scatter and an all-gather (each rank adds its chunk: the ring
+// all-reduce's 2 (N-1)/N n values), each one alltoall, or for large buffers each N-1
+// pairwise rounds that keep one flow on every link, as process_group_options chooses. traffic() counts the values each way sends; headers and argument checks are
 // not counted.
 //
 // Arguments are checked on every rank together (argument_checks above), so ranks that
@@ -123,6 +130,12 @@ public:
         return (N - 1) * (N - 2) * 4 * static_cast<std::uint64_t>(n) <= N * options_.gather_extra_bytes;
     }
 
+    // Whether all_reduce_sum of n floats that does not gather goes in pairwise rounds.
+    bool all_reduce_in_rounds(std::size_t n) const {
+        return size_ > 2 && !all_reduce_gathers(n) &&
+               static_cast<std::uint64_t>(n) * sizeof(float) >= options_.rounds_min_bytes;
+    }
+
     // In place: data = elementwise sum over ranks, the same bits on every rank (see above).
     void all_reduce_sum(float* data, std::size_t n) {
         const bool null = n != 0 && data == nullptr;
@@ -141,7 +154,7 @@ public:
             return;
         }
         if (size_ > 1 && n != 0)
-            reduce_by_chunks(mine, data, n);
+            reduce_by_chunks(mine, data, n, all_reduce_in_rounds(n));
         else
             check_headers("all_reduce_sum", &mine, 0, 1);
         traffic_.count_all_reduce(detail::all_reduce_bytes(n, sizeof(float), size_, rank_));
@@ -225,6 +238,7 @@ public:
 
 private:
     static constexpr int tag = 0x7121;
+    static constexpr int rounds_tag = 0x7122;
 
     // ---- the call header (argument_checks::in_payload; also sent under collective checks,
     // where it catches ranks at different points of their sequence of calls) ----
@@ -315,14 +329,17 @@ private:
     }
 
     // A reduce-scatter (each rank's pieces of my chunk, each after its sender's header)
-    // and an all-gather of the summed chunks, each one alltoall.
-    void reduce_by_chunks(const header& mine_header, float* data, std::size_t n) {
+    // and an all-gather of the summed chunks: each one alltoall, or each N-1 pairwise
+    // rounds (`rounds`, see process_group_options::rounds_min_bytes). Both add my chunk in
+    // rank order, so both give the same bits.
+    void reduce_by_chunks(const header& mine_header, float* data, std::size_t n, bool rounds) {
         const auto N = static_cast<std::size_t>(size_);
         const std::size_t mine = detail::chunk_size(n, size_, rank_);
         const std::size_t mine_begin = detail::chunk_begin(n, size_, rank_);
-        std::vector<std::int64_t> send_splits(N), recv_splits(N, static_cast<std::int64_t>(header_bytes + mine * 4));
+        const std::size_t stride = header_bytes + mine * sizeof(float);
+        std::vector<std::int64_t> send_splits(N), recv_splits(N, static_cast<std::int64_t>(stride));
         send_.resize(N * header_bytes + n * sizeof(float));
-        recv_.resize(N * (header_bytes + mine * sizeof(float)));
+        recv_.resize(N * stride);
         unsigned char* out = send_.data();
         for (int q = 0; q < size_; ++q) {
             const std::size_t c = detail::chunk_size(n, size_, q);
@@ -330,21 +347,41 @@ private:
             put_block(out, mine_header, data + detail::chunk_begin(n, size_, q), c * sizeof(float));
             out += header_bytes + c * sizeof(float);
         }
-        const auto bytes = at::TensorOptions().dtype(at::kByte);
-        at::Tensor sent = at::from_blob(send_.data(), {static_cast<std::int64_t>(send_.size())}, bytes);
-        at::Tensor got = at::from_blob(recv_.data(), {static_cast<std::int64_t>(recv_.size())}, bytes);
-        // 1. Rank q's header and piece of my chunk land at recv_[q * (header + mine) ...].
-        // (Copies of the split sizes: some versions of c10d move from the vectors they are given.)
-        run("all_reduce_sum", [&] {
-            std::vector<std::int64_t> o = recv_splits, i = send_splits;
-            return group_->alltoall_base(got, sent, o, i);
-        });
-        const std::size_t stride = header_bytes + mine * sizeof(float);
+        // 1. Rank q's header and piece of my chunk land at recv_[q * stride ...].
+        if (rounds) {
+            std::vector<std::size_t> offset(N + 1, 0);
+            for (std::size_t q = 0; q < N; ++q) offset[q + 1] = offset[q] + static_cast<std::size_t>(send_splits[q]);
+            std::memcpy(recv_.data() + static_cast<std::size_t>(rank_) * stride, send_.data() + offset[static_cast<std::size_t>(rank_)], stride);
+            pairwise_rounds(
+                "all_reduce_sum",
+                [&](std::size_t to) { return std::pair{send_.data() + offset[to], offset[to + 1] - offset[to]}; },
+                [&](std::size_t from) { return std::pair{recv_.data() + from * stride, stride}; });
+        } else {
+            const auto bytes = at::TensorOptions().dtype(at::kByte);
+            at::Tensor sent = at::from_blob(send_.data(), {static_cast<std::int64_t>(send_.size())}, bytes);
+            at::Tensor got = at::from_blob(recv_.data(), {static_cast<std::int64_t>(recv_.size())}, bytes);
+            // (Copies of the split sizes: some versions of c10d move from the vectors they are given.)
+            run("all_reduce_sum", [&] {
+                std::vector<std::int64_t> o = recv_splits, i = send_splits;
+                return group_->alltoall_base(got, sent, o, i);
+            });
+        }
         check_headers("all_reduce_sum", recv_.data(), stride, N);
         // 2. The sum, in rank order, as comm::local adds.
         float* sum = data + mine_begin;
         sum_in_rank_order(sum, recv_.data(), stride, N, mine);
         // 3. My summed chunk to every rank (the same bits everywhere).
+        if (rounds) {
+            pairwise_rounds(
+                "all_reduce_sum",
+                [&](std::size_t) { return std::pair{reinterpret_cast<unsigned char*>(sum), mine * sizeof(float)}; },
+                [&](std::size_t from) {
+                    const int q = static_cast<int>(from);
+                    return std::pair{reinterpret_cast<unsigned char*>(data + detail::chunk_begin(n, size_, q)),
+                                     detail::chunk_size(n, size_, q) * sizeof(float)};
+                });
+            return;
+        }
         scratch_.resize(N * mine);
         for (std::size_t q = 0; q < N; ++q)
             for (std::size_t i = 0; i < mine; ++i) scratch_[q * mine + i] = sum[i];
@@ -357,6 +394,40 @@ private:
             std::vector<std::int64_t> o = chunks, i = mine_each;
             return group_->alltoall_base(whole, pieces, o, i);
         });
+    }
+
+    // N-1 rounds of point-to-point messages: in round s rank r sends block(r + s) to rank
+    // r + s and receives block(r - s) from rank r - s (mod N), both at once. Every link
+    // carries one message each way per round. send(q) and recv(q) give the bytes for rank q
+    // as {pointer, size}; a rank's sizes must match its peers' (they follow from the
+    // arguments the ranks agreed on); empty messages are not sent. One round trip each.
+    template <class Send, class Recv>
+    void pairwise_rounds(const char* op, Send&& send, Recv&& recv) {
+        const auto opts = at::TensorOptions().dtype(at::kByte);
+        for (int s = 1; s < size_; ++s) {
+            const int to = (rank_ + s) % size_;
+            const int from = (rank_ - s + size_) % size_;
+            const auto [out, out_bytes] = send(static_cast<std::size_t>(to));
+            const auto [in, in_bytes] = recv(static_cast<std::size_t>(from));
+            ++collectives_;
+            try {
+                c10::intrusive_ptr<c10d::Work> got, sent;
+                std::vector<at::Tensor> rt, st;
+                if (in_bytes != 0) {
+                    rt.push_back(at::from_blob(in, {static_cast<std::int64_t>(in_bytes)}, opts));
+                    got = group_->recv(rt, from, rounds_tag);
+                }
+                if (out_bytes != 0) {
+                    st.push_back(at::from_blob(out, {static_cast<std::int64_t>(out_bytes)}, opts));
+                    sent = group_->send(st, to, rounds_tag);
+                }
+                if (sent) sent->wait();
+                if (got) got->wait();
+            } catch (const std::exception& e) {
+                backend_failed_ = true;
+                throw comm_error(detail::concat("comm::process_group ", op, ": ", backend_name(), ": ", what(e)));
+            }
+        }
     }
 
     struct range {

@@ -50,17 +50,10 @@ void describe_group(config_record& rec, const param_group<T, Space>& g, int work
 }
 
 // What one fp32 all-reduce of n values sends and receives on this worker, under the
-// communicator's cost model: a dense step's bytes (exchange_stats::dense_bytes, per step),
-// and the count of an all-reduce started on a progress thread (comm::async), whose own
-// traffic the algorithm reads only once it completed.
+// communicator's cost model: a dense step's bytes (exchange_stats::dense_bytes, per step).
 template <class Comm>
 std::uint64_t dense_bytes_of(const Comm& comm, std::size_t n) {
     return all_reduce_bytes(n, sizeof(float), comm.size(), comm.rank());
-}
-template <class Comm>
-traffic_counters started_all_reduce_traffic(const Comm& comm, std::size_t n) {
-    const std::uint64_t bytes = dense_bytes_of(comm, n);
-    return traffic_counters{bytes, bytes, 1};
 }
 
 // Launches body.run() over [0, n) in chunks sized for the execution space.

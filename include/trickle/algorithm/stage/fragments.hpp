@@ -277,11 +277,10 @@ private:
     }
 
     // Waits for a fragment's exchange if it is running (its bytes are counted then).
-    void finish(const Engine& e, const fragment& f) const {
+    void finish(const Engine&, const fragment& f) const {
         if (!f.flight.async) return;
-        f.flight.request.wait();
+        f.flight.traffic = f.flight.request.wait();
         f.flight.async = false;
-        f.flight.traffic = started_all_reduce_traffic(e.comm_, f.count + 1);
         f.flight.parts = codec::wire_parts{};
     }
 

@@ -75,8 +75,7 @@ public:
     void apply(Engine& e, const Exec& ex) {
         pending_exchange& p = *pending_;
         if (p.async) {
-            p.request.wait();
-            p.traffic = started_all_reduce_traffic(e.comm_, p.count);
+            p.traffic = p.request.wait();
         }
         float* buf = e.ws_.get(0, p.count);
         float* now = gathered_.data() + capacity_;
