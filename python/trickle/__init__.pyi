@@ -254,6 +254,7 @@ class SPARTA(_Algorithm):
       warmup_steps=0: a linear ramp from warmup_start_fraction over this many steps (0: none)
       warmup_start_fraction=0.05: where the warm-up starts
       codec='fp32': SPARTA's values on the wire: fp32 | bf16 | fp16 | fp8_e4m3 | fp8_e5m2 | fp8_block | int8 | int4 | sign2 | native
+      overlap=False: SPARTA: the exchange of step t travels during step t + 1 and is applied then, corrected for the local change (fp32 with the all_reduce topology travels on trickle's progress thread; CPU parameters)
       seed=0: shared seed of the random choices (the same on every worker)
       topology='all_reduce': how values are combined: all_reduce | ring | gossip | exponential | islands
       island_size=2: islands topology: workers per island
@@ -282,6 +283,7 @@ class SPARTA(_Algorithm):
         warmup_steps: int = 0,
         warmup_start_fraction: float = 0.05,
         codec: CodecName = 'fp32',
+        overlap: bool = False,
         seed: int = 0,
         topology: TopologyName = 'all_reduce',
         island_size: int = 2,
@@ -327,7 +329,7 @@ class DiLoCo(_Algorithm):
       sparse_fraction=0.01: random_k: fraction of the values kept, in (0, 1] (shared positions, no index sent)
       fragments=1: Streaming DiLoCo: F fragments cut at tensor boundaries, their outer steps staggered over the round
       fragment_tensors=None: Streaming DiLoCo: tensors per fragment, in order (None: F fragments balanced by size)
-      overlap_steps=0: Streaming DiLoCo: tau in [0, interval), the inner steps before a fragment's average is applied
+      overlap_steps=0: Streaming DiLoCo: tau in [0, interval), the inner steps a fragment's exchange travels before its average is applied (with fragments=1: the whole outer step, delayed by tau; the eager outer step)
       mix=0.0: Streaming DiLoCo: alpha in [0, 1], a late average merged as alpha x local + (1 - alpha) x global
       state_in_pinned_host=False: CUDA parameters: keep the snapshot and the outer optimizer's state in pinned host memory instead of on the GPU (large models)
       aggregate='mean': how the outer step combines the contributions: mean | trimmed:K | median | clip:TAU (robust rules need topology='all_reduce', outer_codec='fp32', no streaming; a non-finite worker is excluded under any)
@@ -415,6 +417,7 @@ class SPARTADiLoCo(_Algorithm):
       warmup_steps=0: a linear ramp from warmup_start_fraction over this many steps (0: none)
       warmup_start_fraction=0.05: where the warm-up starts
       codec='fp32': SPARTA's values on the wire: fp32 | bf16 | fp16 | fp8_e4m3 | fp8_e5m2 | fp8_block | int8 | int4 | sign2 | native
+      overlap=False: SPARTA: the exchange of step t travels during step t + 1 and is applied then, corrected for the local change (fp32 with the all_reduce topology travels on trickle's progress thread; CPU parameters)
       sparta_interval=1: the SPARTA part exchanges after every sparta_interval-th step
       outer='nesterov': outer optimizer: sgd | momentum | nesterov | adam | average
       outer_lr=None: the outer learning rate (None: the optimizer's default; sgd 1.0, momentum/nesterov 0.7, adam 1e-3)
@@ -438,7 +441,7 @@ class SPARTADiLoCo(_Algorithm):
       sparse_fraction=0.01: random_k: fraction of the values kept, in (0, 1] (shared positions, no index sent)
       fragments=1: Streaming DiLoCo: F fragments cut at tensor boundaries, their outer steps staggered over the round
       fragment_tensors=None: Streaming DiLoCo: tensors per fragment, in order (None: F fragments balanced by size)
-      overlap_steps=0: Streaming DiLoCo: tau in [0, interval), the inner steps before a fragment's average is applied
+      overlap_steps=0: Streaming DiLoCo: tau in [0, interval), the inner steps a fragment's exchange travels before its average is applied (with fragments=1: the whole outer step, delayed by tau; the eager outer step)
       mix=0.0: Streaming DiLoCo: alpha in [0, 1], a late average merged as alpha x local + (1 - alpha) x global
       state_in_pinned_host=False: CUDA parameters: keep the snapshot and the outer optimizer's state in pinned host memory instead of on the GPU (large models)
       aggregate='mean': how the outer step combines the contributions: mean | trimmed:K | median | clip:TAU (robust rules need topology='all_reduce', outer_codec='fp32', no streaming; a non-finite worker is excluded under any)
@@ -472,6 +475,7 @@ class SPARTADiLoCo(_Algorithm):
         warmup_steps: int = 0,
         warmup_start_fraction: float = 0.05,
         codec: CodecName = 'fp32',
+        overlap: bool = False,
         sparta_interval: int = 1,
         outer: OuterName = 'nesterov',
         outer_lr: Optional[float] = None,
