@@ -21,7 +21,9 @@
 #                      +overlap (SPARTA's overlapped exchange), +tauN (DiLoCo's outer
 #                      step applied N inner steps after it starts: --overlap-steps N),
 #                      +fragN (Streaming DiLoCo's fragments); e.g. "sparta+overlap
-#                      diloco+tau30 diloco+frag4+tau5" 
+#                      diloco+tau30 diloco+frag4+tau5"; +carry (--carry-local: a late
+#                      average lands plus the progress made meanwhile) and +bf16 (the
+#                      outer gradient in bf16) for diloco. "dense" is trickle.DDP.
 #   --steps N          optimizer steps per run (default 100)
 #   --unshaped         also run every strategy once without shaping, for the ratio of
 #                      mean step times (the issue's targets are ratios to that)
@@ -75,7 +77,7 @@ fi
 strategy_args() {
     local spec=$1 base part
     base=${spec%%+*}
-    case $base in ddp|sparta|diloco|sparta-diloco) ;; *) return 1 ;; esac
+    case $base in ddp|dense|sparta|diloco|sparta-diloco) ;; *) return 1 ;; esac
     echo "--algo $base"
     [[ "$spec" == *+* ]] || return 0
     local rest=${spec#*+}
@@ -85,12 +87,14 @@ strategy_args() {
             overlap) [[ $base == sparta* ]] || return 1; echo "--overlap" ;;
             tau[0-9]*) [[ ${part#tau} =~ ^[0-9]+$ && $base == *diloco ]] || return 1; echo "--overlap-steps ${part#tau}" ;;
             frag[0-9]*) [[ ${part#frag} =~ ^[0-9]+$ && $base == *diloco ]] || return 1; echo "--fragments ${part#frag}" ;;
+            carry) [[ $base == *diloco ]] || return 1; echo "--carry-local" ;;
+            bf16) [[ $base == *diloco ]] || return 1; echo "--outer-codec bf16" ;;
             *) return 1 ;;
         esac
     done
 }
 for a in $algos; do
-    strategy_args "$a" > /dev/null || die "unknown strategy '$a' in --algos (ddp, sparta, diloco, sparta-diloco; variants +overlap for sparta, +tauN and +fragN for diloco)"
+    strategy_args "$a" > /dev/null || die "unknown strategy '$a' in --algos (ddp, dense, sparta, diloco, sparta-diloco; variants +overlap for sparta, +tauN, +fragN, +carry and +bf16 for diloco)"
 done
 
 # Rates: "10mbit" -> bits per second (tc's units), for the burst and the report.

@@ -27,7 +27,9 @@ number of workers).
 --algo ddp is the dense baseline: no trickle, every gradient averaged by one
 torch.distributed all-reduce of a flat fp32 bucket before each optimizer step (what DDP
 does, without its bucketing and overlap); its bytes are counted with the ring's cost, 2 (N - 1)
-/ N of the bucket per worker and step.
+/ N of the bucket per worker and step. --algo dense is trickle's dense baseline, trickle.DDP:
+every parameter averaged after each optimizer step through trickle's deterministic sum, with
+trickle's stats (one line changed against --algo sparta).
 
 --metrics FILE writes one JSON line per step and worker (FILE's "{rank}" replaced by the
 rank): the step, the seconds since the start, the step's compute (forward, backward,
@@ -215,9 +217,9 @@ def main() -> int:
         epilog="--device cuda: each worker on cuda:LOCAL_RANK over NCCL (--backend gloo: several workers on one "
         "GPU); it needs a CUDA build of trickle (trickle.build_info()['cuda']).",
     )
-    ap.add_argument("--algo", choices=["sparta", "diloco", "sparta-diloco", "ddp"], default="sparta",
-                    help="SPARTA, DiLoCo, SPARTA inside DiLoCo's rounds, or ddp: the dense baseline, every "
-                    "gradient all-reduced (default sparta)")
+    ap.add_argument("--algo", choices=["sparta", "diloco", "sparta-diloco", "ddp", "dense"], default="sparta",
+                    help="SPARTA, DiLoCo, SPARTA inside DiLoCo's rounds, ddp: the dense baseline, every "
+                    "gradient all-reduced, or dense: trickle.DDP, every parameter averaged (default sparta)")
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
                     help="cpu: Gloo; cuda: cuda:LOCAL_RANK, NCCL unless --backend gloo")
     ap.add_argument("--backend", choices=["nccl", "gloo"], default=None,
@@ -244,6 +246,8 @@ def main() -> int:
                     help="DiLoCo / SPARTA + DiLoCo: tau, the inner steps an outer step's exchange travels before it is "
                     "applied (0: at once; with --fragments 1 the eager, delayed outer step)")
     ap.add_argument("--fragments", type=int, default=1, help="DiLoCo: Streaming DiLoCo's fragments (default 1)")
+    ap.add_argument("--carry-local", action="store_true",
+                    help="DiLoCo with --overlap-steps: a late average lands plus the progress made while it travelled")
     ap.add_argument("--metrics", default="",
                     help="a JSON line per step to this file ({rank} is replaced by the worker's rank): compute and "
                     "communication seconds, loss, bytes sent")
@@ -291,11 +295,14 @@ def main() -> int:
 
     common = dict(seed=args.seed)
     outer = dict(interval=args.interval, outer="nesterov", outer_lr=args.outer_lr, momentum=0.9,
-                 outer_codec=args.outer_codec, overlap_steps=args.overlap_steps, fragments=args.fragments)
+                 outer_codec=args.outer_codec, overlap_steps=args.overlap_steps, fragments=args.fragments,
+                 carry_local=args.carry_local)
     sparse = dict(fraction=args.fraction, sampler=args.sampler, overlap=args.overlap)
     try:
         if args.algo == "ddp":
             algo = DenseAllReduce(model)
+        elif args.algo == "dense":
+            algo = trickle.DDP(model)
         elif args.algo == "sparta":
             algo = trickle.SPARTA(model, **sparse, **common)
         elif args.algo == "diloco":
@@ -368,7 +375,7 @@ def main() -> int:
     identical = None
     # (Streaming or a delayed outer step applies its last averages after the run's end.)
     streams = args.overlap_steps > 0 or args.fragments > 1
-    if (has_outer and not streams and args.steps % args.interval == 0) or args.algo == "ddp":
+    if (has_outer and not streams and args.steps % args.interval == 0) or args.algo in ("ddp", "dense"):
         # The last step was an outer step (or every step averaged the gradients): every
         # replica now holds the same bits.
         flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
@@ -393,7 +400,7 @@ def main() -> int:
             print(f"  SPARTA part: {sp.exchanges} exchanges, {sp.bytes_sent} bytes; DiLoCo part: {ou.exchanges} "
                   f"outer steps, {ou.bytes_sent} bytes (no sparse exchange at the {ou.exchanges} steps that end a round)")
         if identical is not None:
-            print(f"replicas after the last {'step' if args.algo == 'ddp' else 'outer step'}: "
+            print(f"replicas after the last {'step' if args.algo in ('ddp', 'dense') else 'outer step'}: "
                   f"{'identical' if identical else 'DIFFERENT'}")
         print(f"done in {time.time() - t0:.1f} s", flush=True)
     assert identical is not False, "the replicas differ right after an outer step"

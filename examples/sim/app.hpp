@@ -82,9 +82,14 @@ inline void print_header(std::ostream& out, const sim_config& cfg, const dataset
         out << '\n';
     }
     for (auto s : cfg.strategies)
-        if (s == strategy_kind::streaming_diloco)
+        if (s == strategy_kind::streaming_diloco) {
             out << "streaming-diloco: " << cfg.fragments << " fragment(s), overlap " << cfg.overlap_steps
-                << " step(s), mix " << cfg.mix << '\n';
+                << " step(s), ";
+            if (cfg.carry_local)
+                out << "carrying the local progress\n";
+            else
+                out << "mix " << cfg.mix << '\n';
+        }
     if (cfg.sparta_overlap) out << "sparta: overlapped (each exchange applied one step later)\n";
     if (elastic_run(cfg)) {
         const auto list = [](const std::vector<membership_event>& evs) {

@@ -390,6 +390,7 @@ struct sim_config {
     int overlap_steps = 1;     // streaming-diloco: tau, in [0, --outer-interval)
     double mix = 0.0;          // streaming-diloco: alpha in [0, 1]
     bool sparta_overlap = false; // --overlap: SPARTA applies each exchange one step later
+    bool carry_local = false;    // --carry-local: streaming-diloco lands a late average plus the local progress
 
     // The network model: empty: no modelled wall time
     std::vector<network_config> networks;
@@ -566,6 +567,8 @@ Streaming and overlap
                          application of its average, 0..--outer-interval - 1 (default 1; 0 blocks)
   --mix ALPHA            streaming-diloco: merge a late average as ALPHA x local + (1 - ALPHA) x
                          global, [0, 1] (default 0: replace)
+  --carry-local          streaming-diloco: land a late average plus the worker's progress since its
+                         exchange began (no inner step lost; needs --overlap-steps > 0, --mix 0)
   --overlap              sparta, sparta-diloco: apply each exchange one step later, corrected by
                          the local change meanwhile, so it runs while the next step computes
 
@@ -985,6 +988,11 @@ inline sim_config parse_cli(std::span<const std::string> args) {
             c.sparta_overlap = true;
             continue;
         }
+        if (arg == "--carry-local") {
+            if (c.carry_local) throw usage_error("--carry-local: given more than once");
+            c.carry_local = true;
+            continue;
+        }
         if (arg.size() < 3 || arg.substr(0, 2) != "--")
             throw usage_error("unexpected argument " + quoted_value(arg) + " (options start with --; see --help)");
         std::string opt(arg);
@@ -992,7 +1000,8 @@ inline sim_config parse_cli(std::span<const std::string> args) {
         if (const auto eq = opt.find('='); eq != std::string::npos) {
             value = opt.substr(eq + 1);
             opt.resize(eq);
-            if (opt == "--quiet" || opt == "--help" || opt == "--overlap") throw usage_error(opt + ": takes no value");
+            if (opt == "--quiet" || opt == "--help" || opt == "--overlap" || opt == "--carry-local")
+                throw usage_error(opt + ": takes no value");
         }
         static constexpr std::string_view known[] = {
             "--strategy", "--workers", "--steps", "--eval-every", "--seed", "--batch", "--lr", "--warmup",
@@ -1338,6 +1347,8 @@ inline sim_config parse_cli(std::span<const std::string> args) {
                           strategy_list());
     if (c.sparta_overlap && !any_sparta)
         throw usage_error("--overlap: applies to sparta and sparta-diloco, but --strategy is " + strategy_list());
+    if (c.carry_local && !any_streaming)
+        throw usage_error("--carry-local: applies to streaming-diloco, but --strategy is " + strategy_list());
     if (any_streaming) {
         if (c.overlap_steps >= c.outer_interval)
             throw usage_error("--overlap-steps: tau = " + std::to_string(c.overlap_steps) +

@@ -369,12 +369,13 @@ inline trickle::diloco_options make_diloco_options(const sim_config& c, float we
             .aggregate = c.aggregate};
 }
 
-// Streaming DiLoCo: DiLoCo's options with --fragments, --overlap-steps and --mix.
+// Streaming DiLoCo: DiLoCo's options with --fragments, --overlap-steps, --mix and --carry-local.
 inline trickle::diloco_options make_streaming_options(const sim_config& c, float weight) {
     trickle::diloco_options o = make_diloco_options(c, weight);
     o.fragments = static_cast<std::uint64_t>(c.fragments);
     o.overlap_steps = static_cast<std::uint64_t>(c.overlap_steps);
     o.mix = c.mix;
+    o.carry_local = c.carry_local;
     return o;
 }
 

@@ -436,6 +436,7 @@ inline trickle::diloco_options diloco_opts(const py::dict& d) {
     o.fragment_tensors = get<std::vector<std::uint32_t>>(d, "fragment_tensors");
     o.overlap_steps = get<std::uint64_t>(d, "overlap_steps");
     o.mix = get<double>(d, "mix");
+    o.carry_local = get<bool>(d, "carry_local");
     // CUDA parameters: snapshot and outer state in pinned host memory (refused for CPU ones).
     o.state_in_pinned_host = get<bool>(d, "state_in_pinned_host");
     // How the outer step combines the contributions (docs/robustness.md): the rule's text,
@@ -689,6 +690,13 @@ public:
 #endif
         return f(comm_->async);
     }
+    // Calls f(communicator) with the host communicator, for the algorithms that average
+    // host memory only (trickle.DDP); an object bound over CUDA memory has none.
+    template <class F>
+    decltype(auto) with_host_comm(F&& f) {
+        if (!comm_) throw trickle::invalid_argument(kind_ + ": this object has no host communicator");
+        return f(comm_->async);
+    }
     trickle::comm::elastic_group& elastic() { return *elastic_; }
     bool is_elastic() const { return elastic_ != nullptr; }
     bool on_cuda() const {
@@ -797,6 +805,8 @@ std::unique_ptr<bound_algorithm> make_diloco_elastic(store_ptr store, int id, in
                                                      const named_tensors& params, const py::dict& opts);
 std::unique_ptr<bound_algorithm> make_sparta_diloco(process_group_ptr pg, const named_tensors& params,
                                                     const py::dict& opts);
+// The dense baseline (ddp.cpp): every parameter averaged every `interval` steps.
+std::unique_ptr<bound_algorithm> make_ddp(process_group_ptr pg, const named_tensors& params, const py::dict& opts);
 
 // DiLoCo over `comm` with the outer gradient through `wire` (a codec_choice or a
 // sparse_choice), one instantiation per outer optimizer; called without the GIL.

@@ -114,7 +114,7 @@ void agree_python(process_group_ptr pg, const std::string& kind, const std::stri
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     namespace py = pybind11;
     using namespace trickle_py;
-    m.doc() = "trickle's C++ algorithms (SPARTA, DiLoCo) over torch.distributed process groups";
+    m.doc() = "trickle's C++ algorithms (SPARTA, DiLoCo, the dense baseline) over torch.distributed process groups";
 
     // Python classes for trickle's errors (the package re-exports them as trickle.MismatchError
     // and trickle.CommError). invalid_argument becomes ValueError, any other trickle::error
@@ -212,6 +212,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("diloco_elastic", &make_diloco_elastic, py::arg("store"), py::arg("id"), py::arg("initial"),
           py::arg("timeout_ms"), py::arg("liveness_ms"), py::arg("job"), py::arg("params"), py::arg("options"));
     m.def("sparta_diloco", &make_sparta_diloco, py::arg("group"), py::arg("params"), py::arg("options"));
+    m.def("ddp", &make_ddp, py::arg("group"), py::arg("params"), py::arg("options"));
     // diloco_options::aggregate's text ("mean", "trimmed:K", "median", "clip:TAU") as the
     // library reads it: the rule's name, or ValueError with the library's message.
     m.def(

@@ -302,7 +302,7 @@ class DiLoCo(_Algorithm):
     through outer_codec, or through outer_sparsifier (its values through outer_codec). An
     outer learning-rate schedule multiplies outer_lr at outer step t by the schedule's
     fraction at t - 1 (outer::lr_scheduled). fragments / fragment_tensors / overlap_steps /
-    mix make it Streaming DiLoCo (docs/streaming.md). aggregate chooses how the outer step
+    mix / carry_local make it Streaming DiLoCo (docs/streaming.md). aggregate chooses how the outer step
     combines the contributions, a robust rule against outliers (docs/robustness.md); under
     every rule a worker whose outer gradient is not finite is left out of the round, named
     in `aggregation` on every worker. Options (keyword only):
@@ -331,6 +331,7 @@ class DiLoCo(_Algorithm):
       fragment_tensors=None: Streaming DiLoCo: tensors per fragment, in order (None: F fragments balanced by size)
       overlap_steps=0: Streaming DiLoCo: tau in [0, interval), the inner steps a fragment's exchange travels before its average is applied (with fragments=1: the whole outer step, delayed by tau; the eager outer step)
       mix=0.0: Streaming DiLoCo: alpha in [0, 1], a late average merged as alpha x local + (1 - alpha) x global
+      carry_local=False: Streaming DiLoCo: a late average lands plus this worker's progress since its exchange began (no inner step lost, however large overlap_steps; needs overlap_steps > 0 and mix = 0)
       state_in_pinned_host=False: CUDA parameters: keep the snapshot and the outer optimizer's state in pinned host memory instead of on the GPU (large models)
       aggregate='mean': how the outer step combines the contributions: mean | trimmed:K | median | clip:TAU (robust rules need topology='all_reduce', outer_codec='fp32', no streaming; a non-finite worker is excluded under any)
       elastic=None: a trickle.Elastic instead of group: workers are processes that may die and join
@@ -377,6 +378,7 @@ class DiLoCo(_Algorithm):
         fragment_tensors: Optional[Sequence[int]] = None,
         overlap_steps: int = 0,
         mix: float = 0.0,
+        carry_local: bool = False,
         state_in_pinned_host: bool = False,
         aggregate: str = 'mean',
         elastic: Optional[Elastic] = None,
@@ -443,6 +445,7 @@ class SPARTADiLoCo(_Algorithm):
       fragment_tensors=None: Streaming DiLoCo: tensors per fragment, in order (None: F fragments balanced by size)
       overlap_steps=0: Streaming DiLoCo: tau in [0, interval), the inner steps a fragment's exchange travels before its average is applied (with fragments=1: the whole outer step, delayed by tau; the eager outer step)
       mix=0.0: Streaming DiLoCo: alpha in [0, 1], a late average merged as alpha x local + (1 - alpha) x global
+      carry_local=False: Streaming DiLoCo: a late average lands plus this worker's progress since its exchange began (no inner step lost, however large overlap_steps; needs overlap_steps > 0 and mix = 0)
       state_in_pinned_host=False: CUDA parameters: keep the snapshot and the outer optimizer's state in pinned host memory instead of on the GPU (large models)
       aggregate='mean': how the outer step combines the contributions: mean | trimmed:K | median | clip:TAU (robust rules need topology='all_reduce', outer_codec='fp32', no streaming; a non-finite worker is excluded under any)
       seed=0: shared seed of the random choices (the same on every worker)
@@ -501,6 +504,7 @@ class SPARTADiLoCo(_Algorithm):
         fragment_tensors: Optional[Sequence[int]] = None,
         overlap_steps: int = 0,
         mix: float = 0.0,
+        carry_local: bool = False,
         state_in_pinned_host: bool = False,
         aggregate: str = 'mean',
         seed: int = 0,
@@ -533,10 +537,37 @@ class SPARTADiLoCo(_Algorithm):
     def outer_group_stats(self) -> List[Stats]:
         """The DiLoCo part's account of each parameter group."""
 
+class DDP(_Algorithm):
+    """The dense baseline (trickle::ddp): after every `interval`-th step, every parameter is
+    averaged over the workers, one fp32 sum of the whole model (deterministic: the same bits
+    on every worker, run to run). With the face of the others (stats, hooks, state_dict, the
+    initial broadcast, agreement), so that comparing a strategy with dense training changes
+    one line. It averages parameters after the optimizer step, not gradients before it: with
+    SGD the two are the same; with a stateful optimizer (Adam) each worker's moments follow
+    its own gradients. CPU parameters (float32, float16, bfloat16). Options (keyword only):
+      interval=1: average every parameter after every interval-th step (1: every step, as DDP's gradients)
+      broadcast_initial=True: at construction, give every worker rank 0's parameters
+      group=None: the torch.distributed process group (None: the default group)
+
+    Methods: step(), add_hook(fn, every=1), state_dict(), load_state_dict(state).
+    Properties: stats, group_stats, groups, options, group, rank, world_size.
+    """
+
+    def __init__(
+        self,
+        model: Model,
+        *,
+        interval: int = 1,
+        broadcast_initial: bool = True,
+        group: Optional[ProcessGroup] = None,
+    ) -> None:
+        """Builds the algorithm over `model` (collective: every worker, the same options); see the class docstring."""
+
 __all__ = [
     "SPARTA",
     "DiLoCo",
     "SPARTADiLoCo",
+    "DDP",
     "Stats",
     "Aggregation",
     "HookHandle",

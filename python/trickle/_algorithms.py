@@ -128,6 +128,7 @@ _DILOCO = {
     "fragment_tensors": None,
     "overlap_steps": 0,
     "mix": 0.0,
+    "carry_local": False,
     # CUDA parameters: the snapshot and the outer optimizer's state in pinned host memory.
     "state_in_pinned_host": False,
     # How the outer step combines the workers' contributions (diloco_options::aggregate;
@@ -141,10 +142,18 @@ _ELASTIC = {
     "min_workers": 1,
 }
 
+# The dense baseline (trickle::ddp): every parameter averaged every `interval` steps.
+_DDP = {
+    "interval": 1,
+    "broadcast_initial": True,
+    "group": None,
+}
+
 _DEFAULTS = {
     "SPARTA": {**_SPARTA, **_COMMON},
     "DiLoCo": {**_DILOCO, **_ELASTIC, **_COMMON},
     "SPARTADiLoCo": {**_SPARTA, "sparta_interval": 1, **_DILOCO, **_COMMON},
+    "DDP": _DDP,
 }
 
 # What each keyword argument does (the classes' docstrings list them from here; the type
@@ -153,6 +162,7 @@ _OPTION_DOCS = {
     "fraction": "base fraction of the parameters averaged per exchange, in (0, 1]",
     "interval": "exchange after every interval-th step",
     "interval (DiLoCo)": "H: an outer step after every H-th step",
+    "interval (DDP)": "average every parameter after every interval-th step (1: every step, as DDP's gradients)",
     "sparta_interval": "the SPARTA part exchanges after every sparta_interval-th step",
     "sampler": "which positions: " + " | ".join(SAMPLERS),
     "block_size": "block sampler: values per aligned block",
@@ -193,6 +203,8 @@ _OPTION_DOCS = {
     "overlap_steps": "Streaming DiLoCo: tau in [0, interval), the inner steps a fragment's exchange travels before "
     "its average is applied (with fragments=1: the whole outer step, delayed by tau; the eager outer step)",
     "mix": "Streaming DiLoCo: alpha in [0, 1], a late average merged as alpha x local + (1 - alpha) x global",
+    "carry_local": "Streaming DiLoCo: a late average lands plus this worker's progress since its exchange began "
+    "(no inner step lost, however large overlap_steps; needs overlap_steps > 0 and mix = 0)",
     "state_in_pinned_host": "CUDA parameters: keep the snapshot and the outer optimizer's state in pinned host "
     "memory instead of on the GPU (large models)",
     "aggregate": "how the outer step combines the contributions: mean | trimmed:K | median | clip:TAU (robust "
@@ -290,6 +302,10 @@ def _parse_options(kind: str, given: Dict[str, Any]) -> Dict[str, Any]:
     o.pop("group")
     o.pop("elastic", None)
     out: Dict[str, Any] = {}
+    if kind == "DDP":
+        out["interval"] = _int(kind, "interval", o["interval"])
+        out["broadcast_initial"] = _bool(kind, "broadcast_initial", o["broadcast_initial"])
+        return out
     out["seed"] = _int(kind, "seed", o["seed"])
     out["topology"] = _choice(kind, "topology", o["topology"], TOPOLOGIES)
     out["island_size"] = _int(kind, "island_size", o["island_size"], lo=-(1 << 31), hi=(1 << 31) - 1)
@@ -363,6 +379,7 @@ def _parse_options(kind: str, given: Dict[str, Any]) -> Dict[str, Any]:
             out["fragment_tensors"] = [_int(kind, "fragment_tensors[]", k, hi=(1 << 32) - 1) for k in ft]
         out["overlap_steps"] = _int(kind, "overlap_steps", o["overlap_steps"])
         out["mix"] = _real(kind, "mix", o["mix"])
+        out["carry_local"] = _bool(kind, "carry_local", o["carry_local"])
         out["state_in_pinned_host"] = _bool(kind, "state_in_pinned_host", o["state_in_pinned_host"])
         agg = o["aggregate"]
         if not isinstance(agg, str):
@@ -430,6 +447,12 @@ def _named_tensors(kind: str, model) -> List[Tuple[str, torch.Tensor]]:
                 "(CUDA_HOME, PATH, /usr/local/cuda, or pip install nvidia-cuda-nvcc): "
                 "pip install --no-build-isolation --force-reinstall ./python (python/README.md); "
                 "or keep the model on the CPU"
+            )
+        if t.device.type == "cuda" and kind == "DDP":
+            raise ValueError(
+                f"trickle.{kind}: parameter '{name}' is on {t.device}; trickle.DDP averages CPU parameters in this "
+                "version (trickle::ddp refuses device memory): keep the model on the CPU, or use torch's "
+                "DistributedDataParallel over NCCL for a dense GPU baseline"
             )
         if t.device.type not in ("cpu", "cuda"):
             raise ValueError(
@@ -776,7 +799,7 @@ def _options_doc(kind: str) -> str:
     """The option list of a class's docstring, from _DEFAULTS and _OPTION_DOCS."""
     lines = []
     for key, default in _DEFAULTS[kind].items():
-        text = _OPTION_DOCS[key + (" (DiLoCo)" if key == "interval" and kind != "SPARTA" else "")]
+        text = _OPTION_DOCS[key + ({"SPARTA": "", "DDP": " (DDP)"}.get(kind, " (DiLoCo)") if key == "interval" else "")]
         lines.append(f"      {key}={default!r}: {text}")
     return "\n".join(lines)
 
@@ -814,7 +837,7 @@ class DiLoCo(_OuterMixin, _Algorithm):
     through outer_codec, or through outer_sparsifier (its values through outer_codec). An
     outer learning-rate schedule multiplies outer_lr at outer step t by the schedule's
     fraction at t - 1 (outer::lr_scheduled). fragments / fragment_tensors / overlap_steps /
-    mix make it Streaming DiLoCo (docs/streaming.md). aggregate chooses how the outer step
+    mix / carry_local make it Streaming DiLoCo (docs/streaming.md). aggregate chooses how the outer step
     combines the contributions, a robust rule against outliers (docs/robustness.md); under
     every rule a worker whose outer gradient is not finite is left out of the round, named
     in `aggregation` on every worker. Options (keyword only):
@@ -875,7 +898,29 @@ class SPARTADiLoCo(_OuterMixin, _Algorithm):
         return [Stats(self._impl.group_stats(g, 2)) for g in range(len(self._impl.groups()))]
 
 
-for _cls in (SPARTA, DiLoCo, SPARTADiLoCo):
+class DDP(_Algorithm):
+    """The dense baseline (trickle::ddp): after every `interval`-th step, every parameter is
+    averaged over the workers, one fp32 sum of the whole model (deterministic: the same bits
+    on every worker, run to run). With the face of the others (stats, hooks, state_dict, the
+    initial broadcast, agreement), so that comparing a strategy with dense training changes
+    one line. It averages parameters after the optimizer step, not gradients before it: with
+    SGD the two are the same; with a stateful optimizer (Adam) each worker's moments follow
+    its own gradients. CPU parameters (float32, float16, bfloat16). Options (keyword only):
+{options}
+
+    Methods: step(), add_hook(fn, every=1), state_dict(), load_state_dict(state).
+    Properties: stats, group_stats, groups, options, group, rank, world_size.
+    """
+
+    _kind = "DDP"
+    _factory = staticmethod(_C.ddp)
+
+    def __init__(self, model, **options):
+        """Builds the algorithm over `model` (collective: every worker, the same options); see the class docstring."""
+        self._build(model, options)
+
+
+for _cls in (SPARTA, DiLoCo, SPARTADiLoCo, DDP):
     _cls.__doc__ = _cls.__doc__.replace("{options}", _options_doc(_cls._kind))
 
 
@@ -888,5 +933,5 @@ def _signature(kind: str) -> inspect.Signature:
     return inspect.Signature(params)
 
 
-for _cls in (SPARTA, DiLoCo, SPARTADiLoCo):
+for _cls in (SPARTA, DiLoCo, SPARTADiLoCo, DDP):
     _cls.__init__.__signature__ = _signature(_cls._kind)

@@ -27,12 +27,15 @@ using trickle_test::drift_sizes;
 
 // The streaming rule written out on plain vectors (outer SGD, weights 1 + r/2, all-reduce
 // in rank order), independent of the library: what every worker's parameters must be.
+// carry: a late average lands plus each worker's progress since its exchange began.
 std::vector<std::vector<float>> reference(int N, int steps, std::uint64_t H, std::uint64_t tau, float alpha, float lr,
-                                          const std::vector<std::pair<std::size_t, std::size_t>>& frags) {
-    std::vector<std::vector<float>> p(static_cast<std::size_t>(N)), snap;
+                                          const std::vector<std::pair<std::size_t, std::size_t>>& frags,
+                                          bool carry = false) {
+    std::vector<std::vector<float>> p(static_cast<std::size_t>(N)), snap, start;
     for (int r = 0; r < N; ++r) p[static_cast<std::size_t>(r)] = model(r).flat();
     for (int r = 1; r < N; ++r) p[static_cast<std::size_t>(r)] = p[0]; // the initial broadcast
     snap = p;
+    start = p;
     const std::size_t n = p[0].size(), F = frags.size();
     std::vector<std::vector<float>> sums(F); // a fragment's summed deltas, then its weight sum
     std::vector<std::int64_t> due(F, -1);
@@ -49,7 +52,12 @@ std::vector<std::vector<float>> reference(int N, int steps, std::uint64_t H, std
                     const float g = sums[f][k] * factor;
                     const float s = sr[first + k] - lr * g;
                     sr[first + k] = s;
-                    pr[first + k] = alpha == 0.0f ? s : alpha * pr[first + k] + (1.0f - alpha) * s;
+                    if (carry) {
+                        const float progress = pr[first + k] - start[static_cast<std::size_t>(r)][first + k];
+                        pr[first + k] = s + progress;
+                    } else {
+                        pr[first + k] = alpha == 0.0f ? s : alpha * pr[first + k] + (1.0f - alpha) * s;
+                    }
                 }
             }
             due[f] = -1;
@@ -68,6 +76,8 @@ std::vector<std::vector<float>> reference(int N, int steps, std::uint64_t H, std
                     sums[f][k] = r == 0 ? d : sums[f][k] + d;
                 }
                 sums[f][count] = r == 0 ? w : sums[f][count] + w;
+                for (std::size_t k = 0; k < count; ++k)
+                    start[static_cast<std::size_t>(r)][first + k] = p[static_cast<std::size_t>(r)][first + k];
             }
             due[f] = t + static_cast<std::int64_t>(tau);
             if (tau == 0) apply(f);
@@ -142,6 +152,58 @@ TEST_CASE("streaming DiLoCo follows the rule: staggered fragments, late applicat
                 for (int r = 0; r < N; ++r)
                     CHECK(bitwise_equal(got[static_cast<std::size_t>(r)], want[static_cast<std::size_t>(r)]));
             }
+}
+
+TEST_CASE("carry_local: a late average lands plus the progress made while it travelled; async, checkpoints") {
+    const int N = 3, steps = 23;
+    for (std::uint64_t F : {1u, 2u, 3u})
+        for (std::uint64_t tau : {1u, 4u}) {
+            INFO("F = ", F, ", tau = ", tau);
+            std::vector<std::pair<std::size_t, std::size_t>> frags;
+            const auto make = [&](const param_group<float>& g, auto& c) {
+                diloco_options o = streaming(5, F, tau, 0.0, c.rank());
+                o.carry_local = true;
+                return engine_of(o, outer::sgd{.lr = 0.7})(g, c);
+            };
+            const auto got = run(N, steps, make, false, &frags);
+            CHECK(frags.size() == F);
+            const auto want = reference(N, steps, 5, tau, 0.0f, 0.7f, frags, true);
+            const auto overlapped = run(N, steps, make, true);
+            for (int r = 0; r < N; ++r) {
+                CHECK(bitwise_equal(got[static_cast<std::size_t>(r)], want[static_cast<std::size_t>(r)]));
+                CHECK(bitwise_equal(overlapped[static_cast<std::size_t>(r)], want[static_cast<std::size_t>(r)]));
+            }
+            // Not replacement: the workers keep their own progress, so they differ.
+            CHECK(!bitwise_equal(got[0], got[1]));
+        }
+    // A checkpoint taken while fragments are in flight holds their starting parameters.
+    comm::run_local(N, [&](comm::local& c) {
+        using engine = diloco_engine<outer::nesterov, topology::all_reduce, float, host_space, comm::local>;
+        diloco_options o = streaming(6, 2, 4, 0.0, c.rank());
+        o.carry_local = true;
+        model a(c.rank()), b(c.rank());
+        engine ea(a.group, c, o), eb(b.group, c, o);
+        for (int t = 0; t < 8; ++t) {
+            a.train(c.rank(), t);
+            b.train(c.rank(), t);
+            ea.step(exec::host{});
+            eb.step(exec::host{});
+        }
+        REQUIRE(eb.fragments_in_flight() > 0);
+        std::stringstream ckpt;
+        eb.save(ckpt);
+        diloco_options later = o;
+        later.broadcast_initial = false;
+        engine eb2(b.group, c, later);
+        eb2.load(ckpt);
+        for (int t = 8; t < 20; ++t) {
+            a.train(c.rank(), t);
+            b.train(c.rank(), t);
+            ea.step(exec::host{});
+            eb2.step(exec::host{});
+        }
+        CHECK(bitwise_equal(a.flat(), b.flat()));
+    });
 }
 
 TEST_CASE("streaming fragments: balanced at tensor boundaries, or as listed") {
@@ -286,6 +348,12 @@ TEST_CASE("streaming: bad options are refused on every worker, naming the field"
     expect([](diloco_options& o) { o.fragments = 6; }, "6 fragments but the group has only 5 tensors");
     expect([](diloco_options& o) { o.fragments = 0; }, "fragments must be >= 1, got 0");
     expect([](diloco_options& o) { o.mix = 1.5; }, "mix must be in [0, 1], got 1.5");
+    expect([](diloco_options& o) { o.carry_local = true; }, "carry_local needs overlap_steps > 0");
+    expect([](diloco_options& o) {
+        o.overlap_steps = 2;
+        o.mix = 0.5;
+        o.carry_local = true;
+    }, "carry_local and mix are two ways to land a late average; choose one (mix = 0.5)");
     expect([](diloco_options& o) { o.fragment_tensors = {2, 2}; }, "fragment_tensors sums to 4 tensors, the group has 5");
     expect([](diloco_options& o) { o.fragment_tensors = {0, 5}; }, "every entry of fragment_tensors must be >= 1");
     expect([](diloco_options& o) {

@@ -896,8 +896,64 @@ def test_overlap_across_processes():
         db.step()
         assert db.stats.exchanges == (1 if step == 5 else 0), db.stats
     assert torch.equal(bits(b), bits(after_outer)), "the delayed outer step differs from the blocking one"
+    # carry_local: the same late outer step lands plus the progress made while it travelled.
+    c = torch.randn(n, generator=torch.Generator().manual_seed(10 + r))
+    dc = trickle.DiLoCo([c], interval=4, outer="average", overlap_steps=2, carry_local=True)
+    for step in range(6):
+        perturb([c], step)
+        if step == 3:
+            started = c.clone()  # the parameters its exchange starts from
+        if step == 5:
+            now = c.clone()
+        dc.step()
+    assert torch.equal(bits(c), bits(after_outer + (now - started))), "carry_local: not global + local progress"
+    assert not bool(identical_mask(c).all())  # each worker keeps its own progress
+    expect_raises(ValueError, lambda: trickle.DiLoCo([c], interval=4, carry_local=True), "carry_local needs overlap_steps")
     # Ranks that disagree on overlapping raise together, naming it.
     expect_raises(trickle.MismatchError, lambda: trickle.SPARTA([t], fraction=0.5, overlap=(r == 1)), "overlap")
+
+
+def test_ddp_dense_baseline():
+    """trickle.DDP: every parameter averaged after every interval-th step, the same bits on
+    every rank (the rank-order fp32 sum times 1/N), bytes by the process group's cost model,
+    small buffers as one all-gather and large ones in pairwise rounds; bad input refused on
+    every rank."""
+    N, r = world(), rank()
+    m = make_model(seed=r)
+    params = list(m.parameters())
+    d = trickle.DDP(m, interval=2)
+    assert d.options == {"interval": 2, "broadcast_initial": True}
+    assert bool(identical_mask(flat(params)).all()), "DDP: the initial broadcast left replicas apart"
+    n = flat(params).numel()
+    perturb(params, 0)
+    d.step()
+    assert d.stats.exchanges == 0 and not bool(identical_mask(flat(params)).all())
+    perturb(params, 1)
+    before = flat(params)
+    d.step()
+    assert d.stats.exchanges == 1 and d.stats.last_bytes_sent == exchange_bytes(n, N, r), d.stats
+    assert bool(identical_mask(flat(params)).all()), "DDP: replicas differ after an average"
+    assert torch.allclose(flat(params), mean_of_replicas(before), atol=1e-6)
+    st = d.state_dict()
+    assert st["algorithm"] == "DDP"
+    d.load_state_dict(st)
+
+    # A buffer past rounds_min_bytes (256 KiB) goes as pairwise rounds: the ring's bytes,
+    # and exactly the rank-order sum's bits.
+    big = torch.randn(100_000, generator=torch.Generator().manual_seed(50 + r))
+    b = trickle.DDP([big], broadcast_initial=False)
+    values = gather(big.clone())
+    b.step()
+    acc = values[0].clone()
+    for v in values[1:]:
+        acc += v
+    expected = acc * torch.tensor(1.0 / N, dtype=torch.float32)
+    assert torch.equal(bits(big), bits(expected)), "DDP: not the rank-order fp32 sum's bits"
+    assert b.stats.last_bytes_sent == (all_reduce_bytes(big.numel(), N, r) if N > 2 else exchange_bytes(big.numel(), N, r)), b.stats
+
+    expect_raises(ValueError, lambda: trickle.DDP(m, interval=0), "interval")
+    expect_raises(TypeError, lambda: trickle.DDP(m, fraction=0.1), "fraction")
+    expect_raises(trickle.MismatchError, lambda: trickle.DDP(m, interval=1 + (r == 1)), "interval")
 
 
 def test_set_weight_on_one_worker():
@@ -1047,6 +1103,7 @@ def test_bad_aggregate_raises_on_every_rank():
 
 TESTS = [
     test_overlap_across_processes,
+    test_ddp_dense_baseline,
     test_broadcast_initial,
     test_sparta_full_fraction_makes_replicas_identical,
     test_sparta_partial_fraction_uniform,

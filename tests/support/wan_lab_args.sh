@@ -22,7 +22,8 @@ expect "--workers must be 1 to 64, got 'x'" --workers x
 expect "--steps must be >= 1, got '0'" --steps 0
 expect "--queue-ms must be >= 1, got '-5'" --queue-ms -5
 expect "--burst is a number of bytes, got '4kb'" --burst 4kb
-expect "unknown strategy 'dense'" --algos "sparta dense"
+expect "unknown strategy 'fast'" --algos "sparta fast"
+expect "unknown strategy 'sparta+carry'" --algos "sparta+carry"
 expect "unknown strategy 'diloco+overlap'" --algos "diloco+overlap"
 expect "unknown strategy 'sparta+tau5'" --algos "sparta+tau5"
 expect "unknown strategy 'diloco+taux'" --algos "diloco+taux"

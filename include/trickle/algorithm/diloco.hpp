@@ -74,7 +74,7 @@ inline bool dropped_contribution(std::uint64_t seed, double q, std::uint64_t out
 }
 
 inline fragment_config fragments_of(const diloco_options& o) {
-    return fragment_config{o.fragments, o.fragment_tensors, o.overlap_steps, o.mix};
+    return fragment_config{o.fragments, o.fragment_tensors, o.overlap_steps, o.mix, o.carry_local};
 }
 
 } // namespace detail

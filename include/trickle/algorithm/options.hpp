@@ -64,6 +64,9 @@ struct diloco_options {
                                                  // and the application of its average
     double mix = 0.0;                            // alpha in [0, 1]: a late average is merged as
                                                  // params = alpha local + (1 - alpha) global (0: replacement)
+    bool carry_local = false;                    // a late average lands with the worker's progress since its
+                                                 // exchange began: params = global + (params - params at start);
+                                                 // needs overlap_steps > 0 and mix = 0
     // Workers at different speeds: the trainer decides when outer steps happen (a deadline,
     // say) and calls outer_step(exec) on every worker at once; step() only counts inner
     // steps, which may then differ between workers. Pair with set_weight(tokens).

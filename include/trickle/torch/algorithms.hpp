@@ -1,4 +1,5 @@
-// trickle/torch/algorithms.hpp: SPARTA, DiLoCo and SPARTA + DiLoCo over a whole torch model.
+// trickle/torch/algorithms.hpp: SPARTA, DiLoCo, SPARTA + DiLoCo and the dense baseline (ddp)
+// over a whole torch model.
 //
 // Part of the trickle::torch component. Each wrapper takes a module (or a list of
 // tensors, or model_params) and a communicator, builds one trickle algorithm per
@@ -24,6 +25,7 @@
 #pragma once
 
 #include <trickle/algorithm/agreement.hpp>
+#include <trickle/algorithm/ddp.hpp>
 #include <trickle/algorithm/diloco.hpp>
 #include <trickle/algorithm/sparta.hpp>
 #include <trickle/algorithm/sparta_diloco.hpp>
@@ -356,6 +358,23 @@ public:
     }
     exchange_stats outer_stats() const {
         return this->sum_over_groups([](const auto& a) -> const exchange_stats& { return a.outer_stats(); });
+    }
+};
+
+// The dense baseline (trickle::ddp: every parameter averaged every `interval` steps, one
+// fp32 sum over the communicator) over every parameter group of a model, with the face of
+// the others (stats, checkpoints, the initial broadcast, agreement), so that a comparison
+// with SPARTA or DiLoCo changes one line. Host parameters only: trickle::ddp refuses
+// device memory.
+class ddp : public detail::model_algorithm<trickle::ddp> {
+public:
+    ddp() = default;
+
+    template <class Model, class Comm>
+    ddp(const Model& model, Comm& comm, ddp_options options = {}) {
+        this->build(
+            "ddp", comm, [&] { return detail::collect(model); },
+            [&](const auto& group, Comm& c, std::size_t) { return trickle::ddp(group, c, options); });
     }
 };
 

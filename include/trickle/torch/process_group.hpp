@@ -81,8 +81,8 @@ struct process_group_options {
 // (each rank adds every element: one collective, (N-1) n values sent per rank); larger
 // ones as a reduce-scatter and an all-gather (each rank adds its chunk: the ring
 // all-reduce's 2 (N-1)/N n values), each one alltoall, or for large buffers each N-1
-// pairwise rounds that keep one flow on every link, as process_group_options chooses. traffic() counts the values each way sends; headers and argument checks are
-// not counted.
+// pairwise rounds that keep one flow on every link, as process_group_options chooses.
+// traffic() counts the values each way sends; headers and argument checks are not counted.
 //
 // Arguments are checked on every rank together (argument_checks above), so ranks that
 // pass different counts or roots throw trickle::comm_error instead of hanging or

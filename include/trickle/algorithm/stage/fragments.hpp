@@ -9,7 +9,9 @@
 // (at once for 0): the outer rule, with the fragment's own step count for the optimizer's
 // bias corrections, updates the fragment's snapshot, and the parameters become the new
 // snapshot, or with mix = alpha, alpha (the parameters as trained meanwhile) + (1 - alpha)
-// (the new snapshot). Over a communicator that can start operations (comm::async) a plain
+// (the new snapshot), or with carry_local the new snapshot plus the worker's progress since
+// the exchange began (the parameters were copied then), as SPARTA's overlap is corrected:
+// no inner step is lost, however late the average lands. Over a communicator that can start operations (comm::async) a plain
 // fp32 all-reduce runs while the worker trains; any other exchange runs at once and its
 // result waits, which gives the same bits. Rounds (the engine's attempts) count fragment
 // outer steps, so drop draws and rounding words stay distinct.
@@ -51,9 +53,12 @@ struct fragment_config {
     std::vector<std::uint32_t> fragment_tensors{};
     std::uint64_t overlap_steps = 0;
     double mix = 0.0;
+    bool carry_local = false;
 
     // Whether these options stream at all (otherwise DiLoCo is whole-group, bit for bit).
-    bool streams() const { return fragments > 1 || fragment_tensors.size() > 1 || overlap_steps > 0 || mix > 0.0; }
+    bool streams() const {
+        return fragments > 1 || fragment_tensors.size() > 1 || overlap_steps > 0 || mix > 0.0 || carry_local;
+    }
 };
 
 template <class Engine>
@@ -70,6 +75,7 @@ public:
         std::string lists;
         for (std::uint32_t k : o.fragment_tensors) lists += concat(lists.empty() ? "" : ",", k);
         rec.add("fragments", o.fragments).add("fragment_tensors", lists).add("overlap_steps", o.overlap_steps).add("mix", o.mix);
+        if (o.carry_local) rec.add("carry_local", true); // (absent when off: records of earlier versions match)
         std::size_t tensors = 0;
         for (const auto& e : group.entries()) tensors += e.view.size() != 0 ? 1 : 0;
         if (o.fragments < 1) rec.set_error("diloco: fragments must be >= 1, got 0");
@@ -94,6 +100,12 @@ public:
             rec.set_error(concat("diloco: overlap_steps (tau) must be < interval (H = ", interval, "), got ",
                                  o.overlap_steps));
         if (!(o.mix >= 0.0 && o.mix <= 1.0)) rec.set_error(concat("diloco: mix must be in [0, 1], got ", o.mix));
+        if (o.carry_local && o.overlap_steps == 0)
+            rec.set_error("diloco: carry_local needs overlap_steps > 0 (an average that lands at once has no local "
+                          "progress to carry)");
+        if (o.carry_local && o.mix > 0.0)
+            rec.set_error(concat("diloco: carry_local and mix are two ways to land a late average; choose one (mix = ",
+                                 o.mix, ")"));
         rec.add("manual_outer", manual);
         if (o.streams() && manual)
             rec.set_error("diloco: manual_outer does not combine with streaming (fragments, overlap_steps, mix), whose "
@@ -113,7 +125,8 @@ public:
     // Splits the group (the listed tensor counts, or F fragments of about n / F elements
     // each: a fragment ends at the first tensor boundary at or past its share, leaving at
     // least one tensor for each later fragment) and places each fragment's buffer in
-    // `slot0` (workspace_values() floats); mix > 0: sizes the merge's scratch.
+    // `slot0` (workspace_values() floats); mix > 0: sizes the merge's scratch; carry_local:
+    // a copy of the parameters, each fragment's place taken from its start to its landing.
     template <class Exec>
     void build(const fragment_config& o, const round_trigger& trigger, const layout_view& L, std::size_t n,
                float* slot0, const Exec& ex) {
@@ -137,6 +150,7 @@ public:
             frags_.push_back(std::move(g));
         }
         if (o.mix > 0.0) mix_local_ = make_buffer(largest, ex);
+        if (o.carry_local) start_ = make_buffer(n, ex);
     }
 
     // An exchange still running on the communicator's progress thread writes into the
@@ -178,7 +192,8 @@ public:
     }
 
     // The checkpoint's sections: per fragment its counters ("fragments"), and the exchanged,
-    // not yet applied deltas of the fragments in flight ("in_flight"); an exchange still
+    // not yet applied deltas of the fragments in flight, with carry_local their parameters
+    // when their exchange began ("in_flight"); an exchange still
     // running is waited for first (its result is part of the state).
     void add_sections(replica_state& rs, const Engine& e) {
         rs.add("fragments", saved, frags_.size() * fields * sizeof(std::uint64_t),
@@ -253,6 +268,8 @@ private:
         // The passes of a fragment run as generic launches of the bodies (run_ranges), on the
         // host and the device alike; the whole-group passes take the device's vector agents.
         run_ranges(ex, f.count, e.delta_body(f.buf, f.first, f.count, w));
+        if (config_.carry_local)
+            run_ranges(ex, f.count, local_copy_body<typename Engine::value_type>{e.flat_.view(), start_.data() + f.first, f.first});
         if constexpr (!Engine::on_device) {
             if (e.options_.prune_fraction > 0.0) {
                 const layout_view L{f.offsets.data(), static_cast<std::uint32_t>(f.offsets.size() - 1), f.count};
@@ -289,6 +306,7 @@ private:
         finish(e, f);
         const auto view = e.flat_.view();
         if (config_.mix > 0.0) run_ranges(ex, f.count, local_copy_body<typename Engine::value_type>{view, mix_local_.data(), f.first});
+        if (config_.carry_local) run_ranges(ex, f.count, progress_body<typename Engine::value_type>{view, start_.data() + f.first, f.first});
         const auto rule = e.outer_.prepare(++f.outer_t);
         ++e.outer_t_;
         run_ranges(ex, f.count, e.update_body(f.buf, f.first, f.count, rule));
@@ -296,6 +314,9 @@ private:
             run_ranges(ex, f.count,
                        mix_body<typename Engine::value_type>{view, e.snapshot_, mix_local_.data(),
                                                              static_cast<float>(config_.mix), f.first});
+        if (config_.carry_local)
+            run_ranges(ex, f.count,
+                       carry_body<typename Engine::value_type>{view, e.snapshot_, start_.data() + f.first, f.first});
         f.pending = false;
         e.count_exchange(f.flight.traffic, f.flight.parts, f.count);
     }
@@ -321,10 +342,15 @@ private:
                 throw invalid_argument(concat("checkpoint: fragment ", f, "'s in-flight state does not fit step ", steps));
         }
     }
+    // A fragment in flight's values in the checkpoint: its exchanged deltas and weight, and
+    // with carry_local its parameters when the exchange began.
+    std::size_t in_flight_values_of(const fragment& f) const {
+        return f.count + 1 + (config_.carry_local ? f.count : 0);
+    }
     std::size_t in_flight_size(const std::vector<std::uint64_t>& rec) const {
         std::size_t k = 0;
         for (std::size_t f = 0; f < frags_.size(); ++f)
-            if (rec[f * fields + 1] != 0) k += frags_[f].count + 1;
+            if (rec[f * fields + 1] != 0) k += in_flight_values_of(frags_[f]);
         return k;
     }
     std::string in_flight_values(const Engine& e) const {
@@ -332,8 +358,10 @@ private:
         for (const fragment& f : frags_) {
             finish(e, f);
             if (!f.pending) continue;
-            out.resize(out.size() + f.count + 1);
-            e.copy_to_host(out.data() + out.size() - (f.count + 1), f.buf, f.count + 1);
+            const std::size_t at = out.size();
+            out.resize(at + in_flight_values_of(f));
+            e.copy_to_host(out.data() + at, f.buf, f.count + 1);
+            if (config_.carry_local) e.copy_to_host(out.data() + at + f.count + 1, start_.data() + f.first, f.count);
         }
         return bytes_of(out.data(), out.size());
     }
@@ -360,7 +388,8 @@ private:
         for (fragment& f : frags_) {
             if (!f.pending) continue;
             e.copy_from_host(f.buf, values.data() + at, f.count + 1);
-            at += f.count + 1;
+            if (config_.carry_local) e.copy_from_host(start_.data() + f.first, values.data() + at + f.count + 1, f.count);
+            at += in_flight_values_of(f);
         }
     }
 
@@ -368,6 +397,8 @@ private:
     round_trigger trigger_{};
     std::vector<fragment> frags_;
     buffer<float, typename Engine::memory_space> mix_local_; // mix > 0: a fragment's parameters before its late update
+    buffer<float, typename Engine::memory_space> start_;     // carry_local: each fragment in flight's parameters
+                                                              // when its exchange began (then its progress since)
 };
 
 } // namespace detail

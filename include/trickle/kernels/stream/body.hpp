@@ -293,6 +293,52 @@ struct mix_body {
     }
 };
 
+// A late outer step that keeps what the worker learned while its exchange travelled
+// (diloco_options::carry_local), as SPARTA's overlapped exchange is corrected:
+//     start[k] = float(params[i])                    (local_copy_body, when the exchange starts)
+//     start[k] = float(params[i]) - start[k]         (progress_body, before the update)
+//     params[i] = T(snapshot[i] + start[k])          (carry_body, after it: the new global
+//                                                     parameters plus the local progress)
+// i = first + k. Each is one rounding of fp32 (sub_rn, add_rn), so host and device agree.
+template <element_type T>
+struct progress_body {
+    flat_view<T> params;
+    float* local = nullptr;
+    std::size_t first = 0;
+
+    TRICKLE_HOST_DEVICE void operator()(std::size_t k) const {
+        local[k] = sub_rn(to_float(params[first + k]), local[k]);
+    }
+
+    TRICKLE_HOST_DEVICE void run(std::size_t k0, std::size_t k1) const {
+        params.for_each_piece(first + k0, first + k1, [&](const T* p, std::size_t i, std::size_t m) {
+            float* l = local + (i - first);
+            for (std::size_t j = 0; j < m; ++j) l[j] = sub_rn(to_float(p[j]), l[j]);
+        });
+    }
+};
+
+template <element_type T>
+struct carry_body {
+    flat_view<T> params;
+    const float* snapshot = nullptr;
+    const float* progress = nullptr;
+    std::size_t first = 0;
+
+    TRICKLE_HOST_DEVICE void operator()(std::size_t k) const {
+        const std::size_t i = first + k;
+        params[i] = from_float<T>(add_rn(snapshot[i], progress[k]));
+    }
+
+    TRICKLE_HOST_DEVICE void run(std::size_t k0, std::size_t k1) const {
+        params.for_each_piece(first + k0, first + k1, [&](T* p, std::size_t i, std::size_t m) {
+            const float* d = progress + (i - first);
+            const float* snap = snapshot + i;
+            for (std::size_t j = 0; j < m; ++j) p[j] = from_float<T>(add_rn(snap[j], d[j]));
+        });
+    }
+};
+
 // Resynchronisation (the initial broadcast): params[i] = T(snapshot[i]), i = first + k.
 template <element_type T>
 struct params_from_snapshot_body {
