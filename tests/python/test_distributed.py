@@ -938,17 +938,25 @@ def test_ddp_dense_baseline():
     assert st["algorithm"] == "DDP"
     d.load_state_dict(st)
 
-    # A buffer past rounds_min_bytes (256 KiB) goes as pairwise rounds: the ring's bytes,
-    # and exactly the rank-order sum's bits.
+    # A buffer past ring_min_bytes (256 KiB) goes round the pipelined ring (three ranks or
+    # more): the ring's bytes, and exactly the ring-order sum's bits (chunk q: rank q + 1's
+    # value first, rank q's last).
     big = torch.randn(100_000, generator=torch.Generator().manual_seed(50 + r))
     b = trickle.DDP([big], broadcast_initial=False)
     values = gather(big.clone())
     b.step()
-    acc = values[0].clone()
-    for v in values[1:]:
-        acc += v
+    m = big.numel()
+    acc = torch.empty(m)
+    for q in range(N):
+        lo = q * (m // N) + min(q, m % N)
+        hi = lo + m // N + (1 if q < m % N else 0)
+        order = [(q + s) % N for s in range(1, N + 1)] if N > 2 else list(range(N))
+        part = values[order[0]][lo:hi].clone()
+        for o in order[1:]:
+            part += values[o][lo:hi]
+        acc[lo:hi] = part
     expected = acc * torch.tensor(1.0 / N, dtype=torch.float32)
-    assert torch.equal(bits(big), bits(expected)), "DDP: not the rank-order fp32 sum's bits"
+    assert torch.equal(bits(big), bits(expected)), "DDP: not the ring-order fp32 sum's bits"
     assert b.stats.last_bytes_sent == (all_reduce_bytes(big.numel(), N, r) if N > 2 else exchange_bytes(big.numel(), N, r)), b.stats
 
     expect_raises(ValueError, lambda: trickle.DDP(m, interval=0), "interval")

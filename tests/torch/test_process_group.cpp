@@ -24,29 +24,47 @@ std::vector<float> inputs(int r, std::size_t n) {
     return v;
 }
 
+// The ring's sums, written out: chunk q (the even split) adds rank q+1's value first, then
+// q+2's, ..., rank q's last.
+std::vector<float> ring_sum(int N, std::size_t n) {
+    std::vector<std::vector<float>> v;
+    for (int r = 0; r < N; ++r) v.push_back(inputs(r, n));
+    std::vector<float> out(n);
+    for (int q = 0; q < N; ++q)
+        for (std::size_t i = trickle::detail::chunk_begin(n, N, q); i < trickle::detail::chunk_begin(n, N, q) + trickle::detail::chunk_size(n, N, q);
+             ++i) {
+            float acc = v[static_cast<std::size_t>((q + 1) % N)][i];
+            for (int s = 2; s <= N; ++s) acc += v[static_cast<std::size_t>((q + s) % N)][i];
+            out[i] = acc;
+        }
+    return out;
+}
+
 } // namespace
 
-TEST_CASE("process_group all_reduce_sum: comm::local's bits on every rank, by one all-gather, by chunks or by chunks "
-          "in pairwise rounds, under either argument check") {
+TEST_CASE("process_group all_reduce_sum: the same bits on every rank, by one all-gather, by chunks (comm::local's) "
+          "or round the pipelined ring (ring order), under either argument check") {
     // gather_extra_bytes 0: chunks for N >= 3; 1 MiB: one all-gather for all these sizes;
-    // rounds_min_bytes 0: the chunks in pairwise rounds.
+    // ring_min_bytes 0: the ring for N >= 3 where it does not gather; segments of 7 values:
+    // many segments per step, and ragged ones.
     constexpr std::size_t never = SIZE_MAX;
     for (const comm::process_group_options o :
-         {comm::process_group_options{.rounds_min_bytes = never},
-          comm::process_group_options{.gather_extra_bytes = 0, .rounds_min_bytes = never},
-          comm::process_group_options{.gather_extra_bytes = 0, .rounds_min_bytes = 0},
+         {comm::process_group_options{.ring_min_bytes = never},
+          comm::process_group_options{.gather_extra_bytes = 0, .ring_min_bytes = never},
+          comm::process_group_options{.gather_extra_bytes = 0, .ring_min_bytes = 0},
+          comm::process_group_options{.gather_extra_bytes = 0, .ring_min_bytes = 0, .ring_segment_bytes = 28},
           comm::process_group_options{.checks = comm::argument_checks::in_payload, .gather_extra_bytes = 0,
-                                      .rounds_min_bytes = never},
+                                      .ring_min_bytes = never},
           comm::process_group_options{.checks = comm::argument_checks::in_payload, .gather_extra_bytes = 0,
-                                      .rounds_min_bytes = 0},
+                                      .ring_min_bytes = 0, .ring_segment_bytes = 28},
           comm::process_group_options{.checks = comm::argument_checks::in_payload, .gather_extra_bytes = 1 << 20}}) {
         for (int N : {1, 2, 3, 4}) {
             for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{5}, std::size_t{1001}, std::size_t{20000}}) {
                 std::vector<std::vector<float>> ref(static_cast<std::size_t>(N)), got(static_cast<std::size_t>(N));
-                std::vector<std::uint64_t> want(static_cast<std::size_t>(N));
+                std::vector<std::uint64_t> want(static_cast<std::size_t>(N)), want_in(static_cast<std::size_t>(N));
                 std::vector<traffic_counters> got_t(static_cast<std::size_t>(N));
                 std::vector<std::uint64_t> collectives(static_cast<std::size_t>(N));
-                std::vector<int> gathered(static_cast<std::size_t>(N)), in_rounds(static_cast<std::size_t>(N));
+                std::vector<int> gathered(static_cast<std::size_t>(N)), in_ring(static_cast<std::size_t>(N));
                 comm::run_local(N, [&](comm::local& c) {
                     auto v = inputs(c.rank(), n);
                     c.all_reduce_sum(v.data(), n);
@@ -60,32 +78,37 @@ TEST_CASE("process_group all_reduce_sum: comm::local's bits on every rank, by on
                         const auto r = static_cast<std::size_t>(c.rank());
                         got[r] = v;
                         got_t[r] = c.traffic();
-                        want[r] = trickle_torch_test::all_reduce_bytes(c, n);
+                        want[r] = want_in[r] = trickle_torch_test::all_reduce_bytes(c, n);
                         collectives[r] = c.collectives();
                         gathered[r] = c.all_reduce_gathers(n) ? 1 : 0;
-                        in_rounds[r] = c.all_reduce_in_rounds(n) ? 1 : 0;
+                        in_ring[r] = c.all_reduce_in_ring(n) ? 1 : 0;
+                        if (in_ring[r]) {
+                            const auto b = trickle::detail::ring_all_reduce_bytes(n, sizeof(float), N, c.rank());
+                            want[r] = b.sent;
+                            want_in[r] = b.received;
+                        }
                     },
                     o);
                 require_ok(errors);
                 for (int r = 0; r < N; ++r) {
                     const auto q = static_cast<std::size_t>(r);
                     INFO("N = ", N, ", n = ", n, ", rank ", r, ", gather_extra_bytes ", o.gather_extra_bytes,
-                         ", rounds_min_bytes ", o.rounds_min_bytes, ", in_payload ",
+                         ", ring_min_bytes ", o.ring_min_bytes, ", segment ", o.ring_segment_bytes, ", in_payload ",
                          o.checks == comm::argument_checks::in_payload);
-                    CHECK(trickle_test::bitwise_equal(got[q], ref[q]));
+                    CHECK(trickle_test::bitwise_equal(got[q], in_ring[q] ? ring_sum(N, n) : ref[q]));
                     CHECK(got_t[q].bytes_sent == want[q]);
-                    CHECK(got_t[q].bytes_received == want[q]);
+                    CHECK(got_t[q].bytes_received == want_in[q]);
                     CHECK(got_t[q].calls == 1);
                     // The collectives on the wire: an argument check (under collective checks),
-                    // then one all-gather, two all-to-alls or 2 (N-1) pairwise rounds, none for
-                    // nothing to move.
+                    // then one all-gather, two all-to-alls, or the ring's header all-gather and
+                    // 2 (N-1) steps; none for nothing to move.
                     const unsigned check = N > 1 && o.checks == comm::argument_checks::collective ? 1u : 0u;
                     const unsigned moves = N == 1 || n == 0 ? 0u
                                            : gathered[q]    ? 1u
-                                           : in_rounds[q]   ? 2u * static_cast<unsigned>(N - 1)
+                                           : in_ring[q]     ? 1u + 2u * static_cast<unsigned>(N - 1)
                                                             : 2u;
                     CHECK(collectives[q] == check + moves);
-                    CHECK(in_rounds[q] == (N >= 3 && n != 0 && !gathered[q] && o.rounds_min_bytes == 0 ? 1 : 0));
+                    CHECK(in_ring[q] == (N >= 3 && n != 0 && !gathered[q] && o.ring_min_bytes == 0 ? 1 : 0));
                 }
                 if (N >= 3 && n == 1001) CHECK(gathered[0] == (o.gather_extra_bytes != 0));
                 if (N == 4 && n == 20000 && o.gather_extra_bytes == 64 * 1024) CHECK(gathered[0] == 0);

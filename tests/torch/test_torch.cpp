@@ -138,6 +138,33 @@ TEST_CASE("torch::diloco over Gloo: replicas identical everywhere after an outer
     for (int r = 1; r < N; ++r) CHECK(trickle_test::bitwise_equal(got[static_cast<std::size_t>(r)], got[0]));
 }
 
+TEST_CASE("torch::ddp over Gloo: every interval-th step, each group's mean, comm::local's bits on every rank") {
+    const int N = 3;
+    std::vector<std::vector<float>> got(N), before(N);
+    require_ok(run_gloo(N, [&](comm::process_group& c) {
+        net m(4, 8, 2, 11 + static_cast<std::uint64_t>(c.rank()));
+        m->fc2->to(at::kHalf); // a second group: fp16 values travel as their exact fp32 images
+        trickle::torch::ddp d(m, c, {.interval = 2});
+        if (d.group_count() != 2) throw std::logic_error("expected two groups");
+        perturb(*m, c.rank(), 0);
+        d.step();
+        if (d.stats().exchanges != 0) throw std::logic_error("no exchange before the interval");
+        perturb(*m, c.rank(), 1);
+        before[static_cast<std::size_t>(c.rank())] = flat(*m);
+        d.step();
+        if (d.stats().exchanges != 2) throw std::logic_error("one exchange per group");
+        got[static_cast<std::size_t>(c.rank())] = flat(*m);
+    }));
+    for (int r = 1; r < N; ++r) CHECK(trickle_test::bitwise_equal(got[static_cast<std::size_t>(r)], got[0]));
+    // The first group (fp32) is the rank-order sum times 1/N, as comm::local adds.
+    const std::size_t n32 = 4 * 8 + 8;
+    for (std::size_t i = 0; i < n32; ++i) {
+        float sum = before[0][i];
+        for (int r = 1; r < N; ++r) sum += before[static_cast<std::size_t>(r)][i];
+        CHECK(got[0][i] == sum * (1.0f / N));
+    }
+}
+
 TEST_CASE("torch::sparta_diloco: one initial broadcast (the DiLoCo part's), per-part stats") {
     const int N = 2;
     require_ok(run_gloo(N, [&](comm::process_group& c) {

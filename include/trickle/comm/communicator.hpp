@@ -17,7 +17,9 @@ TRICKLE_NAMESPACE_BEGIN
 // Bytes a worker sent and received through a communicator, counted by the communicator
 // itself with the cost model documented for each operation in docs/communicators.md:
 //   all_reduce_sum of B bytes over N ranks, rank r owning chunk c_r (ring reduce-scatter +
-//     all-gather): sent = received = (B - c_r) + (N - 1) * c_r   (= 2 (N-1)/N * B when N | B)
+//     all-gather): sent = received = (B - c_r) + (N - 1) * c_r   (= 2 (N-1)/N * B when N | B);
+//     comm::process_group's pipelined ring (large buffers): sent = 2B - c_r - c_{r+1},
+//     received = 2B - c_{r-1} - c_r (ring_all_reduce_bytes; the same when N | B)
 //   all_gather_bytes of b bytes per rank: sent = received = (N - 1) * b
 //   send_recv: sent = the bytes sent, received = the bytes received
 //   broadcast of B bytes: the root sends (N - 1) * B, every other rank receives B
@@ -74,6 +76,21 @@ constexpr std::uint64_t all_reduce_bytes(std::size_t n, std::size_t elem_bytes, 
     if (ranks <= 1) return 0;
     const std::uint64_t c = chunk_size(n, ranks, r);
     return ((n - c) + static_cast<std::uint64_t>(ranks - 1) * c) * elem_bytes;
+}
+
+// Bytes rank r sends and receives in a ring all-reduce of n elements (a reduce-scatter
+// and an all-gather round the ring, rank r sending to r + 1: comm::process_group's
+// pipelined ring): it sends every chunk but its own in the first half and every chunk but
+// r + 1's in the second, and receives every chunk but r - 1's, then every chunk but its
+// own. Equal to all_reduce_bytes when N divides n.
+struct sent_received {
+    std::uint64_t sent, received;
+};
+constexpr sent_received ring_all_reduce_bytes(std::size_t n, std::size_t elem_bytes, int ranks, int r) {
+    if (ranks <= 1) return {0, 0};
+    const auto c = [&](int q) { return static_cast<std::uint64_t>(chunk_size(n, ranks, ((q % ranks) + ranks) % ranks)); };
+    const auto twice = 2 * static_cast<std::uint64_t>(n);
+    return {(twice - c(r) - c(r + 1)) * elem_bytes, (twice - c(r - 1) - c(r)) * elem_bytes};
 }
 
 // The verdict on a send_recv pattern, judged by every rank from the same gathered data

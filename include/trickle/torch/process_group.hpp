@@ -60,13 +60,18 @@ struct process_group_options {
     // staging (N blocks received, every one read by every rank) costs more memory traffic
     // than the extra round trip saves, even for two ranks.
     std::size_t gather_max_bytes = 1 << 20;
-    // Buffers of at least this many bytes that do not go as one all-gather go in pairwise
-    // rounds instead of two all-to-alls: in round s (1 .. N-1) each rank sends to rank + s
-    // and receives from rank - s, so every link carries one flow each way at a time, where
-    // an all-to-all opens N-1 at once into every receiver's link (on a slow, shaped link
-    // they overflow its queue: drops and retransmissions). The same bytes and the same
-    // bits; 2 (N-1) round trips instead of 2. 0: always rounds; SIZE_MAX: never.
-    std::size_t rounds_min_bytes = 256 * 1024;
+    // Buffers of at least this many bytes that do not go as one all-gather go round a
+    // pipelined ring instead of two all-to-alls: each rank sends only to rank + 1 and
+    // receives only from rank - 1, the ring's 2 (N-1) steps cut into segments of
+    // ring_segment_bytes so a step's segment leaves as soon as the previous step's arrived.
+    // Every link carries one flow each way that stays busy for the whole sum, where an
+    // all-to-all opens N-1 flows at once into every receiver's link (on a slow link they
+    // overflow its queue: drops and retransmissions) and starts them cold each time. The
+    // ring adds chunk q in ring order (rank q + 1's value first, rank q's last), not rank
+    // order: every rank still gets the same bits, run after run, but not comm::local's (set
+    // SIZE_MAX for rank order at every size). 0: always the ring (three ranks or more).
+    std::size_t ring_min_bytes = 256 * 1024;
+    std::size_t ring_segment_bytes = 64 * 1024;
 };
 
 // A trickle::communicator over a c10d::ProcessGroup the trainer owns (in Python,
@@ -80,9 +85,11 @@ struct process_group_options {
 // backend, and the same bits as those communicators. Small buffers go as one all-gather
 // (each rank adds every element: one collective, (N-1) n values sent per rank); larger
 // ones as a reduce-scatter and an all-gather (each rank adds its chunk: the ring
-// all-reduce's 2 (N-1)/N n values), each one alltoall, or for large buffers each N-1
-// pairwise rounds that keep one flow on every link, as process_group_options chooses.
-// traffic() counts the values each way sends; headers and argument checks are not counted.
+// all-reduce's 2 (N-1)/N n values), each one alltoall. Large buffers go round a pipelined
+// ring (process_group_options::ring_min_bytes), the same bytes over one warm flow per
+// link, whose sums are in ring order: the same bits on every rank and in every run, but
+// not comm::local's. traffic() counts the values each way sends; headers and argument
+// checks are not counted.
 //
 // Arguments are checked on every rank together (argument_checks above), so ranks that
 // pass different counts or roots throw trickle::comm_error instead of hanging or
@@ -130,10 +137,11 @@ public:
         return (N - 1) * (N - 2) * 4 * static_cast<std::uint64_t>(n) <= N * options_.gather_extra_bytes;
     }
 
-    // Whether all_reduce_sum of n floats that does not gather goes in pairwise rounds.
-    bool all_reduce_in_rounds(std::size_t n) const {
-        return size_ > 2 && !all_reduce_gathers(n) &&
-               static_cast<std::uint64_t>(n) * sizeof(float) >= options_.rounds_min_bytes;
+    // Whether all_reduce_sum of n floats goes round the pipelined ring (see
+    // process_group_options::ring_min_bytes); the same answer on every rank.
+    bool all_reduce_in_ring(std::size_t n) const {
+        return size_ > 2 && n != 0 && !all_reduce_gathers(n) &&
+               static_cast<std::uint64_t>(n) * sizeof(float) >= options_.ring_min_bytes;
     }
 
     // In place: data = elementwise sum over ranks, the same bits on every rank (see above).
@@ -153,8 +161,12 @@ public:
             traffic_.count_all_gather(n * sizeof(float), size_);
             return;
         }
+        if (all_reduce_in_ring(n)) {
+            reduce_in_ring(mine, data, n);
+            return;
+        }
         if (size_ > 1 && n != 0)
-            reduce_by_chunks(mine, data, n, all_reduce_in_rounds(n));
+            reduce_by_chunks(mine, data, n);
         else
             check_headers("all_reduce_sum", &mine, 0, 1);
         traffic_.count_all_reduce(detail::all_reduce_bytes(n, sizeof(float), size_, rank_));
@@ -238,7 +250,7 @@ public:
 
 private:
     static constexpr int tag = 0x7121;
-    static constexpr int rounds_tag = 0x7122;
+    static constexpr int ring_tag = 0x10000; // + the message's index within one ring sum
 
     // ---- the call header (argument_checks::in_payload; also sent under collective checks,
     // where it catches ranks at different points of their sequence of calls) ----
@@ -329,17 +341,14 @@ private:
     }
 
     // A reduce-scatter (each rank's pieces of my chunk, each after its sender's header)
-    // and an all-gather of the summed chunks: each one alltoall, or each N-1 pairwise
-    // rounds (`rounds`, see process_group_options::rounds_min_bytes). Both add my chunk in
-    // rank order, so both give the same bits.
-    void reduce_by_chunks(const header& mine_header, float* data, std::size_t n, bool rounds) {
+    // and an all-gather of the summed chunks, each one alltoall.
+    void reduce_by_chunks(const header& mine_header, float* data, std::size_t n) {
         const auto N = static_cast<std::size_t>(size_);
         const std::size_t mine = detail::chunk_size(n, size_, rank_);
         const std::size_t mine_begin = detail::chunk_begin(n, size_, rank_);
-        const std::size_t stride = header_bytes + mine * sizeof(float);
-        std::vector<std::int64_t> send_splits(N), recv_splits(N, static_cast<std::int64_t>(stride));
+        std::vector<std::int64_t> send_splits(N), recv_splits(N, static_cast<std::int64_t>(header_bytes + mine * 4));
         send_.resize(N * header_bytes + n * sizeof(float));
-        recv_.resize(N * stride);
+        recv_.resize(N * (header_bytes + mine * sizeof(float)));
         unsigned char* out = send_.data();
         for (int q = 0; q < size_; ++q) {
             const std::size_t c = detail::chunk_size(n, size_, q);
@@ -347,41 +356,21 @@ private:
             put_block(out, mine_header, data + detail::chunk_begin(n, size_, q), c * sizeof(float));
             out += header_bytes + c * sizeof(float);
         }
-        // 1. Rank q's header and piece of my chunk land at recv_[q * stride ...].
-        if (rounds) {
-            std::vector<std::size_t> offset(N + 1, 0);
-            for (std::size_t q = 0; q < N; ++q) offset[q + 1] = offset[q] + static_cast<std::size_t>(send_splits[q]);
-            std::memcpy(recv_.data() + static_cast<std::size_t>(rank_) * stride, send_.data() + offset[static_cast<std::size_t>(rank_)], stride);
-            pairwise_rounds(
-                "all_reduce_sum",
-                [&](std::size_t to) { return std::pair{send_.data() + offset[to], offset[to + 1] - offset[to]}; },
-                [&](std::size_t from) { return std::pair{recv_.data() + from * stride, stride}; });
-        } else {
-            const auto bytes = at::TensorOptions().dtype(at::kByte);
-            at::Tensor sent = at::from_blob(send_.data(), {static_cast<std::int64_t>(send_.size())}, bytes);
-            at::Tensor got = at::from_blob(recv_.data(), {static_cast<std::int64_t>(recv_.size())}, bytes);
-            // (Copies of the split sizes: some versions of c10d move from the vectors they are given.)
-            run("all_reduce_sum", [&] {
-                std::vector<std::int64_t> o = recv_splits, i = send_splits;
-                return group_->alltoall_base(got, sent, o, i);
-            });
-        }
+        const auto bytes = at::TensorOptions().dtype(at::kByte);
+        at::Tensor sent = at::from_blob(send_.data(), {static_cast<std::int64_t>(send_.size())}, bytes);
+        at::Tensor got = at::from_blob(recv_.data(), {static_cast<std::int64_t>(recv_.size())}, bytes);
+        // 1. Rank q's header and piece of my chunk land at recv_[q * (header + mine) ...].
+        // (Copies of the split sizes: some versions of c10d move from the vectors they are given.)
+        run("all_reduce_sum", [&] {
+            std::vector<std::int64_t> o = recv_splits, i = send_splits;
+            return group_->alltoall_base(got, sent, o, i);
+        });
+        const std::size_t stride = header_bytes + mine * sizeof(float);
         check_headers("all_reduce_sum", recv_.data(), stride, N);
         // 2. The sum, in rank order, as comm::local adds.
         float* sum = data + mine_begin;
         sum_in_rank_order(sum, recv_.data(), stride, N, mine);
         // 3. My summed chunk to every rank (the same bits everywhere).
-        if (rounds) {
-            pairwise_rounds(
-                "all_reduce_sum",
-                [&](std::size_t) { return std::pair{reinterpret_cast<unsigned char*>(sum), mine * sizeof(float)}; },
-                [&](std::size_t from) {
-                    const int q = static_cast<int>(from);
-                    return std::pair{reinterpret_cast<unsigned char*>(data + detail::chunk_begin(n, size_, q)),
-                                     detail::chunk_size(n, size_, q) * sizeof(float)};
-                });
-            return;
-        }
         scratch_.resize(N * mine);
         for (std::size_t q = 0; q < N; ++q)
             for (std::size_t i = 0; i < mine; ++i) scratch_[q * mine + i] = sum[i];
@@ -396,38 +385,100 @@ private:
         });
     }
 
-    // N-1 rounds of point-to-point messages: in round s rank r sends block(r + s) to rank
-    // r + s and receives block(r - s) from rank r - s (mod N), both at once. Every link
-    // carries one message each way per round. send(q) and recv(q) give the bytes for rank q
-    // as {pointer, size}; a rank's sizes must match its peers' (they follow from the
-    // arguments the ranks agreed on); empty messages are not sent. One round trip each.
-    template <class Send, class Recv>
-    void pairwise_rounds(const char* op, Send&& send, Recv&& recv) {
-        const auto opts = at::TensorOptions().dtype(at::kByte);
-        for (int s = 1; s < size_; ++s) {
-            const int to = (rank_ + s) % size_;
-            const int from = (rank_ - s + size_) % size_;
-            const auto [out, out_bytes] = send(static_cast<std::size_t>(to));
-            const auto [in, in_bytes] = recv(static_cast<std::size_t>(from));
-            ++collectives_;
-            try {
-                c10::intrusive_ptr<c10d::Work> got, sent;
-                std::vector<at::Tensor> rt, st;
-                if (in_bytes != 0) {
-                    rt.push_back(at::from_blob(in, {static_cast<std::int64_t>(in_bytes)}, opts));
-                    got = group_->recv(rt, from, rounds_tag);
+    // The pipelined ring (process_group_options::ring_min_bytes). First every rank's
+    // header, in one small all-gather, so that ranks in different calls or with a null
+    // pointer are refused on every rank before a value moves. Then 2 (N-1) steps, each
+    // rank sending to rank + 1 and receiving from rank - 1:
+    //   reduce-scatter, step k < N-1: send my partial of chunk (r-1-k) mod N (step 0: my
+    //     own values); receive rank r-1's partial of chunk (r-2-k) mod N and add my values
+    //     to it, last. The chunk received at step N-2 is my own: with mine, its full sum.
+    //   all-gather, step k = N-1+j: send chunk (r-j) mod N, receive chunk (r-j-1) mod N
+    //     straight into data (passed on at the next step).
+    // Chunk q is summed in ring order, rank q+1's value first and rank q's last. Each step
+    // is cut into segments; every receive is posted at the start, and a step's segment is
+    // sent as soon as the previous step's same segment has arrived, so the link never
+    // waits for a whole step.
+    void reduce_in_ring(const header& mine, float* data, std::size_t n) {
+        const int N = size_;
+        const auto Nz = static_cast<std::size_t>(N);
+        headers_.resize(Nz * header_bytes);
+        gather_bytes("all_reduce_sum", &mine, headers_.data(), header_bytes);
+        check_headers("all_reduce_sum", headers_.data(), header_bytes, Nz);
+
+        const int next = (rank_ + 1) % N, prev = (rank_ + N - 1) % N;
+        const auto mod = [N](int x) { return ((x % N) + N) % N; };
+        const std::size_t seg = std::max<std::size_t>(1, options_.ring_segment_bytes / sizeof(float));
+        const std::size_t steps = 2 * (Nz - 1);
+        // The chunk rank `who` sends at step k (its successor receives it).
+        const auto sent_chunk = [&](int who, std::size_t k) {
+            const int kk = static_cast<int>(k), rs = N - 1;
+            return kk < rs ? mod(who - 1 - kk) : mod(who - (kk - rs));
+        };
+        const auto chunk = [&](int q) { return detail::chunk_size(n, N, q); };
+        const auto begin = [&](int q) { return detail::chunk_begin(n, N, q); };
+        const auto segments = [&](std::size_t count) { return (count + seg - 1) / seg; };
+        const std::size_t cap = chunk(0); // the largest chunk
+        const std::size_t slots = segments(cap);
+        // The reduce-scatter's received partials: step k's at stage_[k * cap ...].
+        stage_.resize((Nz - 1) * cap);
+        const auto recv_at = [&](std::size_t k) -> float* {
+            return k < Nz - 1 ? stage_.data() + k * cap : data + begin(sent_chunk(prev, k));
+        };
+        const auto send_at = [&](std::size_t k) -> const float* {
+            if (k == 0) return data + begin(sent_chunk(rank_, 0));
+            if (k < Nz - 1) return stage_.data() + (k - 1) * cap; // the partial received at k-1, mine added
+            return data + begin(sent_chunk(rank_, k));             // a summed chunk
+        };
+        const auto bytes = at::TensorOptions().dtype(at::kByte);
+        const auto tensor = [&](const float* p, std::size_t m) {
+            return std::vector<at::Tensor>{
+                at::from_blob(const_cast<float*>(p), {static_cast<std::int64_t>(m * sizeof(float))}, bytes)};
+        };
+        const auto tag = [&](std::size_t k, std::size_t j) { return ring_tag + static_cast<int>(k * slots + j); };
+        std::vector<c10::intrusive_ptr<c10d::Work>> recvs(steps * slots), sends(steps * slots);
+        std::vector<std::vector<at::Tensor>> held(2 * steps * slots); // alive until the works complete
+        collectives_ += steps;
+        try {
+            for (std::size_t k = 0; k < steps; ++k) {
+                const std::size_t count = chunk(sent_chunk(prev, k));
+                for (std::size_t j = 0; j < segments(count); ++j) {
+                    auto& t = held[k * slots + j];
+                    t = tensor(recv_at(k) + j * seg, std::min(seg, count - j * seg));
+                    recvs[k * slots + j] = group_->recv(t, prev, tag(k, j));
                 }
-                if (out_bytes != 0) {
-                    st.push_back(at::from_blob(out, {static_cast<std::int64_t>(out_bytes)}, opts));
-                    sent = group_->send(st, to, rounds_tag);
-                }
-                if (sent) sent->wait();
-                if (got) got->wait();
-            } catch (const std::exception& e) {
-                backend_failed_ = true;
-                throw comm_error(detail::concat("comm::process_group ", op, ": ", backend_name(), ": ", what(e)));
             }
+            for (std::size_t k = 0; k < steps; ++k) {
+                const std::size_t count = chunk(sent_chunk(rank_, k));
+                for (std::size_t j = 0; j < segments(count); ++j) {
+                    const std::size_t lo = j * seg, m = std::min(seg, count - lo);
+                    if (k > 0) {
+                        recvs[(k - 1) * slots + j]->wait();
+                        if (k <= Nz - 1) { // add my values to the partial that arrived at k-1
+                            const float* own = data + begin(sent_chunk(prev, k - 1)) + lo;
+                            float* part = stage_.data() + (k - 1) * cap + lo;
+                            if (k < Nz - 1) {
+                                for (std::size_t i = 0; i < m; ++i) part[i] += own[i];
+                            } else { // my own chunk: its full sum, in place
+                                float* sum = data + begin(rank_) + lo;
+                                for (std::size_t i = 0; i < m; ++i) sum[i] = part[i] + own[i];
+                            }
+                        }
+                    }
+                    auto& t = held[(steps + k) * slots + j];
+                    t = tensor(send_at(k) + lo, m);
+                    sends[k * slots + j] = group_->send(t, next, tag(k, j));
+                }
+            }
+            for (std::size_t j = 0; j < slots; ++j)
+                if (auto& w = recvs[(steps - 1) * slots + j]) w->wait();
+            for (auto& w : sends)
+                if (w) w->wait();
+        } catch (const std::exception& e) {
+            backend_failed_ = true;
+            throw comm_error(detail::concat("comm::process_group all_reduce_sum: ", backend_name(), ": ", what(e)));
         }
+        const auto [sent, received] = detail::ring_all_reduce_bytes(n, sizeof(float), N, rank_);
+        traffic_.count_send_recv(sent, received);
     }
 
     struct range {
@@ -553,6 +604,8 @@ private:
     traffic_counters traffic_{};
     std::vector<float> scratch_;
     std::vector<unsigned char> send_, recv_; // [header | values] blocks
+    std::vector<unsigned char> headers_;      // the ring's gathered headers
+    std::vector<float> stage_;                // the ring's received partial sums
     std::uint64_t seq_ = 0;                  // collectives started (every kind), the headers' seq
     std::uint64_t collectives_ = 0;
     bool backend_failed_ = false;
