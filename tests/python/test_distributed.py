@@ -945,11 +945,11 @@ def test_ddp_dense_baseline():
     b = trickle.DDP([big], broadcast_initial=False)
     values = gather(big.clone())
     b.step()
-    m = big.numel()
-    acc = torch.empty(m)
+    k = big.numel()
+    acc = torch.empty(k)
     for q in range(N):
-        lo = q * (m // N) + min(q, m % N)
-        hi = lo + m // N + (1 if q < m % N else 0)
+        lo = q * (k // N) + min(q, k % N)
+        hi = lo + k // N + (1 if q < k % N else 0)
         order = [(q + s) % N for s in range(1, N + 1)] if N > 2 else list(range(N))
         part = values[order[0]][lo:hi].clone()
         for o in order[1:]:
@@ -957,7 +957,11 @@ def test_ddp_dense_baseline():
         acc[lo:hi] = part
     expected = acc * torch.tensor(1.0 / N, dtype=torch.float32)
     assert torch.equal(bits(big), bits(expected)), "DDP: not the ring-order fp32 sum's bits"
-    assert b.stats.last_bytes_sent == (all_reduce_bytes(big.numel(), N, r) if N > 2 else exchange_bytes(big.numel(), N, r)), b.stats
+    def chunk(q):
+        q %= N
+        return k // N + (1 if q < k % N else 0)
+    ring_sent = (2 * k - chunk(r) - chunk(r + 1)) * 4  # communicator.hpp's ring_all_reduce_bytes
+    assert b.stats.last_bytes_sent == (ring_sent if N > 2 else exchange_bytes(k, N, r)), b.stats
 
     expect_raises(ValueError, lambda: trickle.DDP(m, interval=0), "interval")
     expect_raises(TypeError, lambda: trickle.DDP(m, fraction=0.1), "fraction")
