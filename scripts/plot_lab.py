@@ -11,9 +11,10 @@ and the interfaces' and queues' counters before and after the run. Writes:
   worker sent by the library's counters and by its interface's (IP and Ethernet headers,
   TCP's acknowledgements and retransmissions included), the queues' drops, the final loss,
   and, where the run has an unshaped twin, the ratio of the mean steps. The mean step is
-  given twice: over the whole run, and after the first steps (`SETTLE` = 5, or a quarter of
-  a short run), which leaves out the one-time start: the workers' skew from the initial
-  broadcast and the connections of a group's first collective (seconds on a slow link);
+  given twice: over the whole run, and over its second half (the slowest worker's clock
+  from step N/2 to step N, over N/2 steps), which leaves out the one-time start: the
+  workers' skew after the initial broadcast, and the first exchanges over fresh
+  connections (seconds on a slow link; DiLoCo's first outer round);
 - loss_vs_time.png: every run's loss (the workers' mean, smoothed over 10 steps) against
   the wall clock;
 - timeline.png: rank 0's steps, compute and communication stacked, one panel per run.
@@ -25,7 +26,6 @@ import os
 import statistics
 import sys
 
-SETTLE = 5  # steps left out of the settled mean step (fewer in a run shorter than 4 x SETTLE)
 
 
 def read_json(path):
@@ -67,9 +67,11 @@ def run_summary(run_dir, workers):
         return None
     steps = min(len(m) for m in metrics.values())
     wall = max(m[steps - 1]["t"] for m in metrics.values())
-    skip = min(SETTLE, steps // 4)
+    skip = steps // 2
     settled = (max(m[steps - 1]["t"] - (m[skip - 1]["t"] if skip else 0.0) for m in metrics.values())
                / (steps - skip))
+    settled_blocked = statistics.mean(sum(x["comm_s"] for x in m[skip:steps]) / (m[steps - 1]["t"] - (m[skip - 1]["t"] if skip else 0.0))
+                                      for m in metrics.values())
     blocked = statistics.mean(sum(x["comm_s"] for x in m[:steps]) / m[steps - 1]["t"] for m in metrics.values())
     compute = statistics.mean(statistics.mean(x["compute_s"] for x in m[:steps]) for m in metrics.values())
     comm = statistics.mean(statistics.mean(x["comm_s"] for x in m[:steps]) for m in metrics.values())
@@ -89,6 +91,7 @@ def run_summary(run_dir, workers):
         "mean_step_s": wall / steps,
         "settled_step_s": settled,
         "settle_steps": skip,
+        "settled_blocked_share": settled_blocked,
         "compute_s": compute,
         "comm_s": comm,
         "blocked_share": blocked,
@@ -121,6 +124,7 @@ def main(argv):
         return 1
     by_name = {r["run"]: r for r in runs}
     cols = ["run", "steps", "mean_step_s", "settled_step_s", "compute_s", "comm_s", "blocked_share",
+            "settled_blocked_share",
             "lib_bytes_per_worker", "iface_bytes_per_worker", "drops", "final_loss", "vs_unshaped",
             "settled_vs_unshaped"]
     for r in runs:
@@ -135,17 +139,16 @@ def main(argv):
         fh.write(f"# wan_lab: {workers} workers, links {link_label(lab)}, {lab['steps']} steps\n\n")
         fh.write(f"{lab['date']}, commit {lab['commit']}, {lab['cores']} cores, kernel {lab['kernel']}; "
                  f"queue limit {lab['queue_ms']} ms, burst {lab['burst']}; trainer: {lab['trainer_args'] or 'defaults'}\n\n")
-        skip = runs[0]["settle_steps"]
-        fh.write(f"| run | mean step | after step {skip} | compute / comm a step | blocked | sent a worker (library) | "
-                 "sent a worker (interface) | queue drops | loss (last 10) | ÷ unshaped (after step "
-                 f"{skip}) |\n")
-        fh.write("|---|---|---|---|---|---|---|---|---|---|\n")
+        fh.write("| run | mean step (second half) | compute / comm a step | blocked (second half) | "
+                 "sent a worker (library) | sent a worker (interface) | queue drops | loss (last 10) | "
+                 "÷ unshaped (second half) |\n")
+        fh.write("|---|---|---|---|---|---|---|---|---|\n")
         for r in runs:
             ratio = "" if r["vs_unshaped"] != r["vs_unshaped"] else (
                 f"{r['vs_unshaped']:.2f}× ({r['settled_vs_unshaped']:.2f}×)")
-            fh.write(f"| {r['run']} | {r['mean_step_s'] * 1e3:.1f} ms | {r['settled_step_s'] * 1e3:.1f} ms | "
+            fh.write(f"| {r['run']} | {r['mean_step_s'] * 1e3:.1f} ms ({r['settled_step_s'] * 1e3:.1f} ms) | "
                      f"{r['compute_s'] * 1e3:.1f} / "
-                     f"{r['comm_s'] * 1e3:.1f} ms | {r['blocked_share']:.0%} | {r['lib_bytes_per_worker'] / 1e3:,.1f} KB | "
+                     f"{r['comm_s'] * 1e3:.1f} ms | {r['blocked_share']:.0%} ({r['settled_blocked_share']:.0%}) | {r['lib_bytes_per_worker'] / 1e3:,.1f} KB | "
                      f"{r['iface_bytes_per_worker'] / 1e3:,.1f} KB | {r['drops']} | {r['final_loss']:.3f} | {ratio} |\n")
     with open(os.path.join(out, "summary.md")) as fh:
         print(fh.read())
