@@ -34,8 +34,11 @@ struct host_group {
                 v[i] = from_float<T>(static_cast<float>(std::sin(0.37 * static_cast<double>(i) + salt + 3.0 * t)));
             tensors.push_back(std::move(v));
         }
-        for (std::size_t t = 0; t < sizes.size(); ++t)
-            group.add("t" + std::to_string(t), tensors[t].data(), tensors[t].size());
+        for (std::size_t t = 0; t < sizes.size(); ++t) {
+            std::string name = "t"; // (appended, not "t" + to_string: g++ 12 -O3 warns falsely there, -Wrestrict)
+            name += std::to_string(t);
+            group.add(name, tensors[t].data(), tensors[t].size());
+        }
     }
     std::vector<T> flat() const {
         std::vector<T> out;

@@ -370,7 +370,7 @@ struct encode_slots_lanes {
         extent_type e{};
         for (std::size_t j = lane * lane_quad; j < m; j += G * lane_quad) {
             const std::size_t count = m - j < lane_quad ? m - j : lane_quad;
-            float x[lane_quad];
+            float x[lane_quad]{}; // zeros past a short quad: -O3 cannot see that only count are read
             quad(i0 + j, count, x);
             e = Lanes::combine(e, lanes.extent(x, count));
         }
@@ -394,11 +394,11 @@ struct encode_slots_lanes {
         if (lane == 0) lanes.store_header(p, record);
         for (std::size_t j = lane * lane_quad; j < m; j += G * lane_quad) {
             const std::size_t count = m - j < lane_quad ? m - j : lane_quad;
-            float x[lane_quad];
+            float x[lane_quad]{};
             quad(i0 + j, count, x);
             // Always decoded (four products), so the array is never behind a null-or-not
             // pointer, which would put it in local memory.
-            float decoded[lane_quad];
+            float decoded[lane_quad]{};
             encode_quad_with(lanes, p, x, count, j, m, record, decoded, words, i0 + j);
             if (residual != nullptr) {
                 TRICKLE_UNROLL
@@ -480,7 +480,7 @@ struct decode_slots_lanes {
         const std::size_t m = at.block_size(b);
         for (std::size_t j = lane * lane_quad; j < m; j += G * lane_quad) {
             const std::size_t count = m - j < lane_quad ? m - j : lane_quad;
-            float v[lane_quad];
+            float v[lane_quad]{};
             lanes.decode_quad(record, j, count, v);
             sink(b * at.B + j, count, v);
         }
