@@ -14,7 +14,7 @@ if(NOT TARGET trickle_sim)
         ${CMAKE_CURRENT_LIST_DIR}/trainer_elastic.cpp)
     target_include_directories(trickle_sim PUBLIC ${CMAKE_CURRENT_LIST_DIR})
     target_link_libraries(trickle_sim PUBLIC trickle)
-    target_compile_options(trickle_sim PRIVATE -Wall -Wextra -Wpedantic -Werror)
+    target_compile_options(trickle_sim PRIVATE -Wall -Wextra -Wpedantic ${TRICKLE_WERROR_CXX})
     # The tests that link it are instrumented; so is everything they call.
     if(TRICKLE_SANITIZE)
         target_compile_options(trickle_sim PRIVATE -fsanitize=address,undefined -fno-omit-frame-pointer
