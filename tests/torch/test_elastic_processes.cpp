@@ -335,7 +335,7 @@ TEST_CASE("elastic_group processes: 2 replicas of 2 shards; a whole replica dies
             std::vector<std::string> a = {"--job", L.elastic_job(), "--shard", std::to_string(L.shard()), "--seed",
                                           std::to_string(L.shard_seed(7) % 1000000)};
             if (q == 1) a.insert(a.end(), {"--fault", "step:15"});
-            keys[std::to_string(q) + "/" + std::to_string(s)] = j.start(q, a, "s" + std::to_string(s));
+            keys[std::to_string(q) + "/" + std::to_string(s)] = j.start(q, a, std::string(1, 's').append(std::to_string(s)));
         }
     }
     for (int s = 0; s < 2; ++s) CHECK(j.finish(keys["1/" + std::to_string(s)]).status == -SIGKILL);
@@ -345,7 +345,7 @@ TEST_CASE("elastic_group processes: 2 replicas of 2 shards; a whole replica dies
         j.wait_holding(0, L.elastic_job());
         again[s] = j.start(1, {"--job", L.elastic_job(), "--shard", std::to_string(L.shard()), "--seed",
                                std::to_string(L.shard_seed(7) % 1000000)},
-                           "s" + std::to_string(s) + "b");
+                           std::string(1, 's').append(std::to_string(s)).append("b"));
     }
     std::vector<std::vector<float>> shard_params;
     for (int s = 0; s < 2; ++s) {

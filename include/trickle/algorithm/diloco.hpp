@@ -97,7 +97,6 @@ class diloco_engine : public detail::replica_hooks<diloco_engine<Outer, Topology
     using protocol = detail::round_protocol<Comm>;
     using hooks = detail::replica_hooks<diloco_engine>;
     friend hooks;
-    friend class detail::fragment_stream<diloco_engine>;
 
 public:
     using memory_space = Space;
@@ -151,7 +150,7 @@ public:
         detail::check_same_stream(comm_, ex, kind);
         const std::uint64_t t = stats_.steps;
         if (fragments_.active()) {
-            fragments_.step(*this, ex, t);
+            fragments_.step(lend(), ex, t);
         } else if (trigger_.due(t)) {
             steps_pending_ = 1; // a joiner admitted now resumes after this step
             outer_round(ex);
@@ -343,7 +342,7 @@ private:
         outer_.describe(rec);
         route_.describe(rec, comm_.size(), kind);
         const detail::fragment_config frag = detail::fragments_of(o);
-        detail::fragment_stream<diloco_engine>::describe(frag, o.interval, o.manual_outer, o.prune_fraction > 0.0,
+        detail::fragment_stream<T, Space>::describe(frag, o.interval, o.manual_outer, o.prune_fraction > 0.0,
                                                           group, rec);
         detail::describe_membership(rec, comm_, o.min_workers, o.join, kind, route_.all_reduce(), frag.streams(),
                                     "streaming (fragments, overlap_steps, mix)");
@@ -393,7 +392,7 @@ private:
         state_floats_ = outer_state_floats<Outer>(n_);
         const detail::fragment_config frag = detail::fragments_of(options_);
         const std::size_t slot0 =
-            frag.streams() ? detail::fragment_stream<diloco_engine>::workspace_values(frag, flat_.host_layout(), n_) : n_ + 1;
+            frag.streams() ? detail::fragment_stream<T, Space>::workspace_values(frag, flat_.host_layout(), n_) : n_ + 1;
         ws_.reserve(0, slot0);
         route_.reserve(comm_, ws_, n_, n_ + 1, ex_);
         if (frag.streams()) fragments_.build(frag, trigger_, flat_.host_layout(), n_, ws_.get(0, slot0), ex_);
@@ -458,7 +457,7 @@ private:
                        detail::bytes_to(b, r.data(), r.size());
                        route_.set_residual(r);
                    });
-        if (fragments_.active()) fragments_.add_sections(rs, *this);
+        if (fragments_.active()) fragments_.add_sections(rs, lend());
         aggregate_.add_sections(rs, n_);
     }
 
@@ -491,27 +490,17 @@ private:
         return true;
     }
 
-    // The passes' bodies: the weighted deltas of elements [first, first + n) into buf (the
-    // weight into buf[n]), and the outer update from their sums.
-    outer_delta_body<T> delta_body(float* buf, std::size_t first, std::size_t n, float w) const {
-        return outer_delta_body<T>{flat_.view(), snapshot_, dense_wire<float>{buf}, w, buf + n, first};
-    }
-    template <class Rule>
-    outer_update_body<T, Rule> update_body(float* buf, std::size_t first, std::size_t n, const Rule& rule) const {
-        return outer_update_body<T, Rule>{flat_.view(), snapshot_, state_, dense_wire<float>{buf}, rule, 1.0f, buf + n, first};
-    }
-
-    // The sum of a weighted exchange of deltas buf[0, n) (elements [first, first + n) of
-    // the group) and the weight buf[n], through the route, as round attempts_ - 1.
-    template <class Exec>
-    void exchange(const Exec& ex, float* buf, std::size_t first, std::size_t n) {
-        route_.sum_weighted(ex, comm_, buf, n, ws_, attempts_ - 1, first);
+    // The pass of an outer step over elements [first, first + n) with buf (n + 1 values)
+    // and weight w: what it produces and consumes (stage/outer_pass.hpp). The whole group's
+    // passes run through the device's vector agents, a fragment's as generic ranges.
+    detail::outer_pass<T> pass(float* buf, std::size_t first, std::size_t n, float w, bool whole) const {
+        return detail::outer_pass<T>{flat_.view(), snapshot_, state_, whole ? tile_seg_.data() : nullptr, first, n, buf, w};
     }
 
     // Counts one completed exchange of n deltas and the weight: `last` its traffic, `parts`
-    // its bytes by part (the plain route: every byte sent is a code), `report_bytes` what the
-    // round's reports sent before it (within `last`; counted as scales, the part of the
-    // weights and other per-round metadata), so that the parts still sum to the bytes sent.
+    // its bytes by part (the route's), `report_bytes` what the round's reports sent before
+    // it (within `last`; counted as scales, the part of the weights and other per-round
+    // metadata), so that the parts still sum to the bytes sent.
     void count_exchange(const traffic_counters& last, codec::wire_parts parts, std::size_t n,
                         std::uint64_t report_bytes = 0) {
         if (!route_.encoded()) parts = codec::wire_parts{.codes = last.bytes_sent - report_bytes};
@@ -519,20 +508,20 @@ private:
         stats_.add_exchange(last, parts, n + 1);
     }
 
-    // Pruning of the whole group's deltas, on the step's execution space.
-    void prune(const exec::host&, float* buf) {
-        detail::prune_host(buf, flat_.host_layout(), options_.prune_fraction, prune_keys_);
+    // Pruning of a pass's deltas buf (layout L), on the step's execution space.
+    void prune(const exec::host&, float* buf, const layout_view& L) {
+        detail::prune_host(buf, L, options_.prune_fraction, prune_keys_);
     }
-    void prune(const exec::openmp&, float* buf) { prune(exec::host{}, buf); }
+    void prune(const exec::openmp&, float* buf, const layout_view& L) { prune(exec::host{}, buf, L); }
 #if TRICKLE_CUDA_COMPILER
-    void prune(const exec::cuda& ex, float* buf) {
+    void prune(const exec::cuda& ex, float* buf, const layout_view&) {
         detail::prune_device(ex, buf, flat_.layout(), options_.prune_fraction, prune_scratch_);
     }
 #endif
 
-    // One outer step over the whole group, on any execution space: the delta pass, pruning,
-    // the exchange and the update pass. Through a codec and the host's all-reduce without
-    // pruning, the passes fuse into the encoding and the decoding (fused_outer_step).
+    // One outer step over the whole group, on any execution space: the reports (who takes
+    // part), then the pass through the route, which chooses how it travels (fused into a
+    // codec's passes, or producer, pruning or a robust rule's combine, sum and consumer).
     template <class Exec>
     void run_outer_step(const Exec& ex) {
         float w = 0.0f;
@@ -551,49 +540,53 @@ private:
                 return;
             }
         }
-        // (Not over an elastic communicator: a round there must leave the snapshot
-        // untouched until its collectives have all completed.)
-        if (aggregate_.robust()) {
-            robust_outer_step(ex, w, buf);
-        } else if (route_type::can_fuse && route_.summed() && options_.prune_fraction == 0.0 && !elastic) {
-            fused_outer_step(ex, w, buf + n_);
-        } else if (std::is_same_v<Exec, exec::cuda> && route_.fuses_on_device() && options_.prune_fraction == 0.0 &&
-                   !elastic) {
-            fused_outer_step_device(ex, w, buf + n_);
-        } else {
-            const auto view = flat_.view();
-            detail::stream_pass(ex, view, tile_seg_.data(), 0, n_, delta_body(buf, 0, n_, w));
-            if (options_.prune_fraction > 0.0) prune(ex, buf);
-            route_.refuse_capture_if_stochastic(ex, "diloco::step: stochastic rounding draws new words at every outer "
-                                                    "step, which a captured CUDA graph would replay unchanged");
-            exchange(ex, buf, 0, n_);
+        const detail::pass_wrap wrap{options_.prune_fraction > 0.0, aggregate_.robust(),
+                                     [this](const auto& e, float* b) { prune(e, b, flat_.host_layout()); },
+                                     [this](float* b, std::size_t n) {
+                                         if constexpr (!on_device) aggregate_.combine(comm_, b, n);
+                                         else (void)b, (void)n;
+                                     }};
+        // (Over an elastic communicator a round must leave the snapshot untouched until its
+        // collectives have all completed: the route never fuses there, and the prepare
+        // below commits the round first.)
+        route_.outer_step(ex, comm_, ws_, attempts_ - 1, pass(buf, 0, n_, w, true), wrap, [this] {
             protocol::commit(comm_);
-            const auto rule = outer_.prepare(++outer_t_);
-            detail::stream_pass(ex, view, tile_seg_.data(), 0, n_, update_body(buf, 0, n_, rule));
-        }
+            return outer_.prepare(++outer_t_);
+        });
         aggregate_.end();
         const traffic_counters last = comm_.traffic() - before;
         count_exchange(last, route_.parts_sent(comm_, n_, last - reports), n_, reports.bytes_sent);
     }
 
-    // A robust rule's outer step (host parameters, fp32, all-reduce topology): the
-    // unweighted delta and the weight gathered from every worker, combined by the rule into
-    // buf, then the update pass.
-    template <class Exec>
-    void robust_outer_step(const Exec& ex, float w, float* buf) {
-        if constexpr (!on_device) { // (refused at construction on the device)
-            const auto view = flat_.view();
-            detail::stream_pass(ex, view, tile_seg_.data(), 0, n_, delta_body(buf, 0, n_, w > 0.0f ? 1.0f : 0.0f));
-            buf[n_] = w;
-            if (options_.prune_fraction > 0.0) prune(ex, buf);
-            aggregate_.combine(comm_, buf, n_);
-            protocol::commit(comm_);
-            const auto rule = outer_.prepare(++outer_t_);
-            detail::stream_pass(ex, view, tile_seg_.data(), 0, n_, update_body(buf, 0, n_, rule));
-        } else {
-            (void)ex, (void)w, (void)buf;
+    // What the streaming stage borrows for a fragment's outer step (stage/fragments.hpp):
+    // the participants, the pass, pruning, the route and the accounting; nothing else of
+    // the engine.
+    struct fragment_lender {
+        diloco_engine& e;
+        bool participants(float& w) const { return e.begin_outer_step(w); }
+        detail::outer_pass<T> pass(float* buf, std::size_t first, std::size_t n, float w) const {
+            return e.pass(buf, first, n, w, false);
         }
-    }
+        bool prunes() const { return e.options_.prune_fraction > 0.0; }
+        void prune(float* buf, const layout_view& L) const {
+            if constexpr (!on_device) e.prune(exec::host{}, buf, L);
+            else (void)buf, (void)L;
+        }
+        route_type& route() const { return e.route_; }
+        Comm& comm() const { return e.comm_; }
+        workspace<float, Space, 4>& ws() const { return e.ws_; }
+        std::uint64_t round() const { return e.attempts_ - 1; }
+        // The rule of a fragment's outer step number k (its own count, for the optimizer's
+        // bias corrections); counts an outer step applied.
+        auto rule(std::uint64_t k) const {
+            ++e.outer_t_;
+            return e.outer_.prepare(k);
+        }
+        void count(const traffic_counters& last, const codec::wire_parts& parts, std::size_t n) const {
+            e.count_exchange(last, parts, n);
+        }
+    };
+    fragment_lender lend() { return fragment_lender{*this}; }
 
     // ||snapshot - params|| of this worker, in double (inf or NaN when not finite).
     double own_delta_norm() const {
@@ -605,52 +598,6 @@ private:
             }
         });
         return std::sqrt(s);
-    }
-
-    // The outer step through the codec with the passes fused into the encoding and the
-    // decoding (route: sum_fused); the same bits and bytes as the unfused path. The weights'
-    // sum goes first, so that the update can divide by it.
-    template <class Exec>
-    void fused_outer_step(const Exec& ex, float w, float* weight_sum) {
-        *weight_sum = w;
-        route_.sum_weight(ex, comm_, weight_sum, ws_, attempts_ - 1);
-        const auto rule = outer_.prepare(++outer_t_);
-        using rule_type = std::remove_cvref_t<decltype(rule)>;
-        const auto view = flat_.view();
-        route_.sum_fused(
-            comm_, n_, attempts_ - 1,
-            [&](std::size_t i0, std::size_t m, float* out) {
-                outer_delta_body<T>{view, snapshot_, dense_wire<float>{out}, w, nullptr, i0}.run(0, m);
-            },
-            [&](std::size_t i0, std::size_t m, const float* in) {
-                // The update only reads the wire.
-                outer_update_body<T, rule_type>{view,  snapshot_,  state_, dense_wire<float>{const_cast<float*>(in)},
-                                                rule,  1.0f,       weight_sum, i0}
-                    .run(0, m);
-            });
-    }
-
-    // The same on the device (route: sum_fused_device): the outer gradient produced inside
-    // the codec's encode pass (outer_delta_source), the update applied inside its decode
-    // pass (outer_update_sink), so a quantized outer step reads and writes the parameters,
-    // snapshot and state once, with no fp32 gradient stored; the weight is written on the
-    // device and summed first. The same bits and bytes as the unfused passes.
-    template <class Exec>
-    void fused_outer_step_device(const Exec& ex, float w, float* weight_sum) {
-        if constexpr (route_type::can_fuse_device && std::is_same_v<Exec, exec::cuda>) {
-            route_.refuse_capture_if_stochastic(ex, "diloco::step: stochastic rounding draws new words at every outer "
-                                                    "step, which a captured CUDA graph would replay unchanged");
-            for_each_index(ex, 1, store_scalar_body{weight_sum, w});
-            route_.sum_weight(ex, comm_, weight_sum, ws_, attempts_ - 1);
-            const auto rule = outer_.prepare(++outer_t_);
-            using rule_type = std::remove_cvref_t<decltype(rule)>;
-            const auto view = flat_.view();
-            const outer_update_body<T, rule_type> update{view, snapshot_, state_, {}, rule, 1.0f, weight_sum, 0};
-            route_.sum_fused_device(ex, comm_, n_, attempts_ - 1, outer_delta_source<T>{view, snapshot_, w},
-                                    outer_update_sink<T, rule_type>{update});
-        } else {
-            (void)ex, (void)w, (void)weight_sum;
-        }
     }
 
     Comm& comm_;
@@ -683,7 +630,7 @@ private:
     buffer<std::uint32_t, cuda_space> tile_seg_;
     // Last, so that it goes first: a fragment's exchange still running on the
     // communicator's progress thread writes into ws_, and its destructor waits for it.
-    detail::fragment_stream<diloco_engine> fragments_;
+    detail::fragment_stream<T, Space> fragments_;
 };
 
 #if TRICKLE_CUDA_COMPILER
@@ -709,7 +656,7 @@ void diloco_engine<Outer, Topology, T, Space, Comm, Codec>::streaming_step_cuda(
     if constexpr (on_device) {
         const exec::cuda ex{step_ex.stream, ex_.device};
         detail::device_scope on(ex.device);
-        fragments_.step(*this, ex, t);
+        fragments_.step(lend(), ex, t);
     } else {
         (void)step_ex, (void)t;
     }

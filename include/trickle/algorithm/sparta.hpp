@@ -83,7 +83,6 @@ class sparta_engine : public detail::replica_hooks<sparta_engine<Sampler, Schedu
     using protocol = detail::round_protocol<Comm>;
     using hooks = detail::replica_hooks<sparta_engine>;
     friend hooks;
-    friend class detail::overlap_stage<sparta_engine>;
 
 public:
     using memory_space = Space;
@@ -181,7 +180,7 @@ public:
     template <class Exec>
     void flush(const Exec& ex) {
         if constexpr (!on_device)
-            if (overlap_.pending()) overlap_.apply(*this, ex);
+            if (overlap_.pending()) overlap_.apply(lend(), ex);
     }
 
     // Whether an overlapped exchange waits to be applied.
@@ -394,6 +393,23 @@ private:
         stats_.add_exchange(last, route_.parts_sent(comm_, count, last), count);
     }
 
+    // What the overlap stage borrows (stage/overlap.hpp): the selection, the group's view,
+    // the exchange buffer, the route and the accounting; nothing else of the engine.
+    struct overlap_lender {
+        sparta_engine& e;
+        selection_t select(std::uint64_t t) const { return e.select(t); }
+        auto view() const { return e.flat_.view(); }
+        float* buffer(std::size_t count) const { return e.ws_.get(0, count); }
+        route_type& route() const { return e.route_; }
+        Comm& comm() const { return e.comm_; }
+        workspace<float, Space, 4>& ws() const { return e.ws_; }
+        std::uint64_t round() const { return e.stats_.exchanges; }
+        void count(const traffic_counters& last, const codec::wire_parts& parts, std::size_t count) const {
+            e.stats_.add_exchange(last, parts, count);
+        }
+    };
+    overlap_lender lend() { return overlap_lender{*this}; }
+
     // The sum over the topology's group of buf[0, count), through the route, as exchange
     // stats_.exchanges; returns the group's size.
     template <class Exec>
@@ -435,7 +451,7 @@ private:
     void exchange(const Exec& ex, std::uint64_t t) {
         if constexpr (!on_device) {
             if (options_.overlap) {
-                overlap_.start(*this, ex, t);
+                overlap_.start(lend(), ex, t);
                 return;
             }
         }
@@ -480,7 +496,7 @@ private:
     buffer<std::uint64_t, cuda_space> device_step_;
     detail::device_exchange_state<selection_t> device_state_{};
     // Last, so that it goes first: an overlapped exchange still running writes into ws_.
-    detail::overlap_stage<sparta_engine> overlap_;
+    detail::overlap_stage<selection_t> overlap_;
 };
 
 #if TRICKLE_CUDA_COMPILER

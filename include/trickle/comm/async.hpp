@@ -3,8 +3,8 @@
 // comm::async<Comm> wraps a host communicator (comm::local, comm::mpi, comm::process_group)
 // and runs every one of its operations on a progress thread of its own, in the order they
 // were started. start_all_reduce_sum (and start_send_recv, start_all_gather,
-// start_all_to_all, start_broadcast) return at once with a request; the caller computes,
-// then wait()s (or test()s). The blocking operations of the communicator concept are a
+// start_all_to_all, start_broadcast, and start_with for a whole exchange of several
+// collectives) return at once with a request; the caller computes, then wait()s (or test()s). The blocking operations of the communicator concept are a
 // start followed by a wait, so the wrapper is itself a trickle::communicator: pass it to an
 // algorithm and use it for nothing else while it lives.
 //
@@ -62,6 +62,7 @@ class async {
 
 public:
     using memory_space = host_space;
+    using wrapped_type = Comm;
 
     // Starts the progress thread. The wrapped communicator must outlive the wrapper, and
     // nothing else may use it while the wrapper lives.
@@ -117,6 +118,18 @@ public:
         requires byte_communicator<Comm>
     {
         return start([=](Comm& c) { c.all_to_all(send, recv, bytes); });
+    }
+
+    // Starts fn(wrapped communicator) on the progress thread, after every operation
+    // started before it: a whole exchange made of several collectives and the computation
+    // between them (an encoded all-reduce: encode, all_to_all, reduce, all_gather, decode)
+    // runs while the caller computes. Its request's wait() returns what fn sent and
+    // received, and rethrows what fn threw. The same rules as the other starts: every rank
+    // starts the same work in the same order, and fn's memory stays untouched until then.
+    template <class Fn>
+        requires std::is_invocable_v<Fn&, Comm&>
+    request start_with(Fn fn) {
+        return start([fn = std::move(fn)](Comm& c) mutable { fn(c); });
     }
 
     // ---- blocking (the communicator concept): start, then wait

@@ -97,6 +97,14 @@ concept async_communicator = communicator<C> && requires(C& c, float* f, std::si
     { c.start_all_reduce_sum(f, n) } -> std::same_as<request>;
 };
 
+// Whether a communicator can also run a whole exchange of the communicator it wraps on
+// its progress thread (comm::async::start_with): what lets an encoded exchange overlap.
+template <class C>
+concept job_communicator = async_communicator<C> && requires(C& c) {
+    typename C::wrapped_type;
+    { c.start_with([](typename C::wrapped_type&) {}) } -> std::same_as<request>;
+};
+
 } // namespace comm
 
 TRICKLE_NAMESPACE_END

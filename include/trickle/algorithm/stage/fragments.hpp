@@ -11,19 +11,23 @@
 // snapshot, or with mix = alpha, alpha (the parameters as trained meanwhile) + (1 - alpha)
 // (the new snapshot), or with carry_local the new snapshot plus the worker's progress since
 // the exchange began (the parameters were copied then), as SPARTA's overlap is corrected:
-// no inner step is lost, however late the average lands. Over a communicator that can start operations (comm::async) a plain
-// fp32 all-reduce runs while the worker trains; any other exchange runs at once and its
-// result waits, which gives the same bits. Rounds (the engine's attempts) count fragment
-// outer steps, so drop draws and rounding words stay distinct.
+// no inner step is lost, however late the average lands. How an exchange travels is the
+// route's choice (stage/route.hpp: start and land): with overlap_steps > 0, over a
+// communicator that runs work on a progress thread (comm::async), the all_reduce
+// topology's plain or encoded exchange runs while the worker trains; any other runs at
+// once and its result waits, which gives the same bits. Rounds (the engine's attempts)
+// count fragment outer steps, so drop draws and rounding words stay distinct.
 //
 // The stage owns the fragments, their buffers' places, the exchanges in flight and the
-// merge's scratch; the engine lends it its passes (the delta, the outer update, the
-// exchange route and the round's participants), which are the same for a whole-group
-// outer step.
+// merge's scratch. The engine lends it, per call, a narrow lender: the round's
+// participants, the pass of a range (stage/outer_pass.hpp, the same producer and consumer
+// as a whole-group outer step), pruning, the route, the rule and the accounting.
 #pragma once
 
 #include <trickle/algorithm/detail/common.hpp>
+#include <trickle/algorithm/stage/outer_pass.hpp>
 #include <trickle/algorithm/stage/replica_state.hpp>
+#include <trickle/algorithm/stage/route.hpp>
 #include <trickle/algorithm/stage/trigger.hpp>
 #include <trickle/algorithm/stats.hpp>
 #include <trickle/comm/request.hpp>
@@ -61,7 +65,8 @@ struct fragment_config {
     }
 };
 
-template <class Engine>
+// T and Space: the group's element type and memory space.
+template <class T, class Space>
 class fragment_stream {
 public:
     fragment_stream() = default;
@@ -69,7 +74,6 @@ public:
     bool active() const { return !frags_.empty(); }
 
     // Streaming's fields and their errors, for the engine's record.
-    template <class T, class Space>
     static void describe(const fragment_config& o, std::uint64_t interval, bool manual, bool prunes,
                          const param_group<T, Space>& group, config_record& rec) {
         std::string lists;
@@ -127,10 +131,10 @@ public:
     // least one tensor for each later fragment) and places each fragment's buffer in
     // `slot0` (workspace_values() floats); mix > 0: sizes the merge's scratch; carry_local:
     // a copy of the parameters, each fragment's place taken from its start to its landing.
-    template <class Exec>
     void build(const fragment_config& o, const round_trigger& trigger, const layout_view& L, std::size_t n,
-               float* slot0, const Exec& ex) {
+               float* slot0, const exec::cuda& ex) {
         config_ = o;
+        ex_ = ex;
         trigger_ = trigger;
         const std::vector<std::uint32_t> e = ends(o, L, n);
         frags_.clear();
@@ -172,8 +176,8 @@ public:
 
     // After inner step t: applies the fragments whose average is due, then starts those
     // whose outer step is.
-    template <class Exec>
-    void step(Engine& e, const Exec& ex, std::uint64_t t) {
+    template <class Lender, class Exec>
+    void step(const Lender& e, const Exec& ex, std::uint64_t t) {
         for (fragment& f : frags_)
             if (f.pending && f.due == t) apply(e, ex, f);
         for (fragment& f : frags_)
@@ -195,14 +199,15 @@ public:
     // not yet applied deltas of the fragments in flight, with carry_local their parameters
     // when their exchange began ("in_flight"); an exchange still
     // running is waited for first (its result is part of the state).
-    void add_sections(replica_state& rs, const Engine& e) {
+    template <class Lender>
+    void add_sections(replica_state& rs, const Lender& e) {
         rs.add("fragments", saved, frags_.size() * fields * sizeof(std::uint64_t),
-               [this, &e] { return bytes_of(record(e).data(), frags_.size() * fields); },
+               [this, e] { return bytes_of(record(e).data(), frags_.size() * fields); },
                [this](const std::string& b) { restore_record(b); },
                [this](const staged_sections& st) { check_record(st); });
         rs.add(replica_state::section{
-            "in_flight", saved, [this, &e] { return in_flight_values(e); },
-            [this, &e](const std::string& b) { restore_values(e, b); },
+            "in_flight", saved, [this, e] { return in_flight_values(e); },
+            [this](const std::string& b) { restore_values(b); },
             [this](const staged_sections& st) {
                 return static_cast<std::uint64_t>(in_flight_size(st.values<std::uint64_t>("fragments")) * sizeof(float));
             }});
@@ -210,15 +215,6 @@ public:
 
 private:
     static constexpr std::size_t fields = 10;
-
-    // What an exchange in flight holds; waiting for it completes what is already the
-    // state (its sums land in the fragment's buffer), so the waits of save() are const.
-    struct in_flight_exchange {
-        mutable bool async = false;          // its all-reduce runs on the communicator's progress thread
-        mutable comm::request request{};
-        mutable traffic_counters traffic{};  // what its exchange sent (counted when applied)
-        mutable codec::wire_parts parts{};
-    };
 
     struct fragment {
         std::size_t first = 0;
@@ -228,7 +224,9 @@ private:
         std::uint64_t outer_t = 0;    // outer steps applied to this fragment
         bool pending = false;         // exchanged (or exchanging), not applied
         std::uint64_t due = 0;        // the inner step after which it is applied
-        in_flight_exchange flight{};
+        // Its exchange (the route's flight); landing it completes what is already the state
+        // (its sums land in the fragment's buffer), so the waits of save() are const.
+        mutable route_flight flight{};
         std::vector<std::size_t> offsets; // its tensors' offsets, relative to first (pruning)
     };
 
@@ -251,77 +249,68 @@ private:
         return out;
     }
 
-    template <class Exec>
-    static auto make_buffer(std::size_t n, const Exec& ex) {
-        using space = typename Engine::memory_space;
-        if constexpr (std::is_same_v<space, cuda_space>)
-            return buffer<float, space>(n, ex);
+    static auto make_buffer(std::size_t n, const exec::cuda& ex) {
+        if constexpr (std::is_same_v<Space, cuda_space>)
+            return buffer<float, Space>(n, ex);
         else
-            return buffer<float, space>(n);
+            return (void)ex, buffer<float, Space>(n);
+    }
+    // Checkpoint copies: on the engine's stream for cuda_space.
+    void to_host(float* dst, const float* src, std::size_t n) const {
+        if constexpr (std::is_same_v<Space, cuda_space>)
+            copy_elements<host_space, Space>(dst, src, n, ex_);
+        else
+            copy_elements<host_space, Space>(dst, src, n);
+    }
+    void from_host(float* dst, const float* src, std::size_t n) const {
+        if constexpr (std::is_same_v<Space, cuda_space>)
+            copy_elements<Space, host_space>(dst, src, n, ex_);
+        else
+            copy_elements<Space, host_space>(dst, src, n);
     }
 
-    template <class Exec>
-    void start(Engine& e, const Exec& ex, fragment& f, std::uint64_t t) {
+    template <class Lender, class Exec>
+    void start(const Lender& e, const Exec& ex, fragment& f, std::uint64_t t) {
         float w = 0.0f;
-        if (!e.begin_outer_step(w)) return;
-        const traffic_counters before = e.comm_.traffic();
-        // The passes of a fragment run as generic launches of the bodies (run_ranges), on the
-        // host and the device alike; the whole-group passes take the device's vector agents.
-        run_ranges(ex, f.count, e.delta_body(f.buf, f.first, f.count, w));
-        if (config_.carry_local)
-            run_ranges(ex, f.count, local_copy_body<typename Engine::value_type>{e.flat_.view(), start_.data() + f.first, f.first});
-        if constexpr (!Engine::on_device) {
-            if (e.options_.prune_fraction > 0.0) {
-                const layout_view L{f.offsets.data(), static_cast<std::uint32_t>(f.offsets.size() - 1), f.count};
-                prune_host(f.buf, L, e.options_.prune_fraction, e.prune_keys_);
-            }
+        if (!e.participants(w)) return;
+        const outer_pass<T> pass = e.pass(f.buf, f.first, f.count, w);
+        pass.run(ex, pass.delta(w));
+        if (config_.carry_local) pass.run(ex, local_copy_body<T>{pass.params, start_.data() + f.first, f.first});
+        if (e.prunes()) {
+            const layout_view L{f.offsets.data(), static_cast<std::uint32_t>(f.offsets.size() - 1), f.count};
+            e.prune(f.buf, L);
         }
         f.pending = true;
         f.due = t + config_.overlap_steps;
-        f.flight.async = false;
-        if constexpr (comm::async_communicator<typename Engine::comm_type>) {
-            if (!e.route_.encoded() && e.route_.all_reduce() && config_.overlap_steps > 0) {
-                f.flight.request = e.comm_.start_all_reduce_sum(f.buf, f.count + 1);
-                f.flight.async = true;
-                return;
-            }
-        }
-        e.exchange(ex, f.buf, f.first, f.count);
-        f.flight.traffic = e.comm_.traffic() - before;
-        // (The plain route's parts are counted when applied: every byte a code.)
-        f.flight.parts = e.route_.encoded() ? e.route_.parts_sent(e.comm_, f.count, f.flight.traffic) : codec::wire_parts{};
+        f.flight = e.route().start(ex, e.comm(), f.buf, f.count, e.ws(), e.round(), f.first, true,
+                                   config_.overlap_steps > 0);
         if (config_.overlap_steps == 0) apply(e, ex, f);
     }
 
     // Waits for a fragment's exchange if it is running (its bytes are counted then).
-    void finish(const Engine&, const fragment& f) const {
-        if (!f.flight.async) return;
-        f.flight.traffic = f.flight.request.wait();
-        f.flight.async = false;
-        f.flight.parts = codec::wire_parts{};
+    template <class Lender>
+    void finish(const Lender& e, const fragment& f) const {
+        e.route().land(e.comm(), f.flight);
     }
 
-    template <class Exec>
-    void apply(Engine& e, const Exec& ex, fragment& f) {
+    template <class Lender, class Exec>
+    void apply(const Lender& e, const Exec& ex, fragment& f) {
         finish(e, f);
-        const auto view = e.flat_.view();
-        if (config_.mix > 0.0) run_ranges(ex, f.count, local_copy_body<typename Engine::value_type>{view, mix_local_.data(), f.first});
-        if (config_.carry_local) run_ranges(ex, f.count, progress_body<typename Engine::value_type>{view, start_.data() + f.first, f.first});
-        const auto rule = e.outer_.prepare(++f.outer_t);
-        ++e.outer_t_;
-        run_ranges(ex, f.count, e.update_body(f.buf, f.first, f.count, rule));
+        const outer_pass<T> pass = e.pass(f.buf, f.first, f.count, 0.0f);
+        const auto& view = pass.params;
+        if (config_.mix > 0.0) pass.run(ex, local_copy_body<T>{view, mix_local_.data(), f.first});
+        if (config_.carry_local) pass.run(ex, progress_body<T>{view, start_.data() + f.first, f.first});
+        const auto rule = e.rule(++f.outer_t);
+        pass.run(ex, pass.update(rule));
         if (config_.mix > 0.0)
-            run_ranges(ex, f.count,
-                       mix_body<typename Engine::value_type>{view, e.snapshot_, mix_local_.data(),
-                                                             static_cast<float>(config_.mix), f.first});
-        if (config_.carry_local)
-            run_ranges(ex, f.count,
-                       carry_body<typename Engine::value_type>{view, e.snapshot_, start_.data() + f.first, f.first});
+            pass.run(ex, mix_body<T>{view, pass.snapshot, mix_local_.data(), static_cast<float>(config_.mix), f.first});
+        if (config_.carry_local) pass.run(ex, carry_body<T>{view, pass.snapshot, start_.data() + f.first, f.first});
         f.pending = false;
-        e.count_exchange(f.flight.traffic, f.flight.parts, f.count);
+        e.count(f.flight.traffic, f.flight.parts, f.count);
     }
 
-    std::vector<std::uint64_t> record(const Engine& e) const {
+    template <class Lender>
+    std::vector<std::uint64_t> record(const Lender& e) const {
         std::vector<std::uint64_t> out;
         for (const fragment& f : frags_) {
             finish(e, f);
@@ -353,15 +342,16 @@ private:
             if (rec[f * fields + 1] != 0) k += in_flight_values_of(frags_[f]);
         return k;
     }
-    std::string in_flight_values(const Engine& e) const {
+    template <class Lender>
+    std::string in_flight_values(const Lender& e) const {
         std::vector<float> out;
         for (const fragment& f : frags_) {
             finish(e, f);
             if (!f.pending) continue;
             const std::size_t at = out.size();
             out.resize(at + in_flight_values_of(f));
-            e.copy_to_host(out.data() + at, f.buf, f.count + 1);
-            if (config_.carry_local) e.copy_to_host(out.data() + at + f.count + 1, start_.data() + f.first, f.count);
+            to_host(out.data() + at, f.buf, f.count + 1);
+            if (config_.carry_local) to_host(out.data() + at + f.count + 1, start_.data() + f.first, f.count);
         }
         return bytes_of(out.data(), out.size());
     }
@@ -370,8 +360,8 @@ private:
         bytes_to(b, rec.data(), rec.size());
         for (std::size_t k = 0; k < frags_.size(); ++k) {
             fragment& f = frags_[k];
-            if (f.flight.async) f.flight.request = comm::request{}; // waits; its result is replaced
-            f.flight.async = false;
+            if (f.flight.running) f.flight.request = comm::request{}; // waits; its result is replaced
+            f.flight = route_flight{};
             const std::uint64_t* v = rec.data() + k * fields;
             f.outer_t = v[0];
             f.pending = v[1] != 0;
@@ -381,14 +371,14 @@ private:
         }
     }
     // After restore_record (the sections apply in order).
-    void restore_values(const Engine& e, const std::string& b) {
+    void restore_values(const std::string& b) {
         std::vector<float> values(b.size() / sizeof(float));
         bytes_to(b, values.data(), values.size());
         std::size_t at = 0;
         for (fragment& f : frags_) {
             if (!f.pending) continue;
-            e.copy_from_host(f.buf, values.data() + at, f.count + 1);
-            if (config_.carry_local) e.copy_from_host(start_.data() + f.first, values.data() + at + f.count + 1, f.count);
+            from_host(f.buf, values.data() + at, f.count + 1);
+            if (config_.carry_local) from_host(start_.data() + f.first, values.data() + at + f.count + 1, f.count);
             at += in_flight_values_of(f);
         }
     }
@@ -396,9 +386,10 @@ private:
     fragment_config config_{};
     round_trigger trigger_{};
     std::vector<fragment> frags_;
-    buffer<float, typename Engine::memory_space> mix_local_; // mix > 0: a fragment's parameters before its late update
-    buffer<float, typename Engine::memory_space> start_;     // carry_local: each fragment in flight's parameters
-                                                              // when its exchange began (then its progress since)
+    exec::cuda ex_{};                 // cuda_space: the engine's stream, for the checkpoint's copies
+    buffer<float, Space> mix_local_; // mix > 0: a fragment's parameters before its late update
+    buffer<float, Space> start_;     // carry_local: each fragment in flight's parameters
+                                     // when its exchange began (then its progress since)
 };
 
 } // namespace detail

@@ -4,14 +4,16 @@
 // The exchange of step t is gathered and started at step t and applied at the next step:
 // its average lands one step late, corrected for what the worker changed meanwhile
 // (params = mean + (params_now - params_gathered), the overlap_correction body), so the
-// exchange can run while the next step computes. Over a communicator that can start
-// operations (comm::async) a plain fp32 all-reduce runs on its progress thread; any other
-// exchange runs at once and its result waits, which gives the same bits. The stage owns
-// the exchange in flight and its gathered values; the engine lends it the selection, the
-// gather and scatter bodies, the route and the accounting.
+// exchange can run while the next step computes. How it travels is the route's choice
+// (stage/route.hpp: start and land): over a communicator that runs work on a progress
+// thread (comm::async) the all_reduce topology's plain or encoded exchange runs there;
+// any other runs at once and its result waits, which gives the same bits. The stage owns
+// the exchange in flight and its gathered values; the engine lends it, per call, the
+// selection, the group's view, the route and the accounting (a narrow lender, not itself).
 #pragma once
 
 #include <trickle/algorithm/detail/common.hpp>
+#include <trickle/algorithm/stage/route.hpp>
 #include <trickle/comm/request.hpp>
 #include <trickle/algorithm/stats.hpp>
 #include <trickle/config.hpp>
@@ -29,7 +31,8 @@ TRICKLE_NAMESPACE_BEGIN
 
 namespace detail {
 
-template <class Engine>
+// Selection: the sampler's selection type.
+template <class Selection>
 class overlap_stage {
 public:
     overlap_stage() = default;
@@ -47,57 +50,42 @@ public:
     bool pending() const { return pending_.has_value(); }
 
     // Gathers and starts the exchange of step t.
-    template <class Exec>
-    void start(Engine& e, const Exec& ex, std::uint64_t t) {
-        auto sel = e.select(t);
+    template <class Lender, class Exec>
+    void start(const Lender& e, const Exec& ex, std::uint64_t t) {
+        Selection sel = e.select(t);
         const std::size_t count = sel.count();
-        float* buf = e.ws_.get(0, count);
-        const auto gather = make_gather(e.flat_.view(), sel, buf);
+        float* buf = e.buffer(count);
+        const auto gather = make_gather(e.view(), sel, buf);
         for_each_index(ex, gather.calls(), gather);
         std::copy(buf, buf + count, gathered_.data());
-        pending_.emplace(pending_exchange{std::move(sel), count});
-        pending_exchange& p = *pending_;
-        if constexpr (comm::async_communicator<typename Engine::comm_type>) {
-            if (!e.route_.encoded() && e.route_.all_reduce()) {
-                p.request = e.comm_.start_all_reduce_sum(buf, count);
-                p.async = true;
-                p.group = e.comm_.size();
-                return;
-            }
-        }
-        const traffic_counters before = e.comm_.traffic();
-        p.group = e.reduce(ex, buf, count);
-        p.traffic = e.comm_.traffic() - before;
+        pending_.emplace(pending_exchange{std::move(sel), count, {}});
+        pending_->flight = e.route().start(ex, e.comm(), buf, count, e.ws(), e.round(), 0, false, true);
     }
 
     // Applies the pending exchange (waiting for it if it still runs).
-    template <class Exec>
-    void apply(Engine& e, const Exec& ex) {
+    template <class Lender, class Exec>
+    void apply(const Lender& e, const Exec& ex) {
         pending_exchange& p = *pending_;
-        if (p.async) {
-            p.traffic = p.request.wait();
-        }
-        float* buf = e.ws_.get(0, p.count);
+        e.route().land(e.comm(), p.flight);
+        float* buf = e.buffer(p.count);
         float* now = gathered_.data() + capacity_;
-        const auto gather = make_gather(e.flat_.view(), p.sel, now);
+        const auto gather = make_gather(e.view(), p.sel, now);
         for_each_index(ex, gather.calls(), gather);
-        for_each_index(ex, p.count, overlap_correction_body{buf, now, gathered_.data(), 1.0f / static_cast<float>(p.group)});
-        const auto scatter = make_scatter(e.flat_.view(), p.sel, buf, 1.0f);
+        for_each_index(ex, p.count,
+                       overlap_correction_body{buf, now, gathered_.data(), 1.0f / static_cast<float>(p.flight.group)});
+        const auto scatter = make_scatter(e.view(), p.sel, buf, 1.0f);
         for_each_index(ex, scatter.calls(), scatter);
-        const traffic_counters traffic = p.traffic;
+        const route_flight flight = std::move(p.flight);
         const std::size_t count = p.count;
         pending_.reset();
-        e.count_exchange(traffic, count);
+        e.count(flight.traffic, flight.parts, count);
     }
 
 private:
     struct pending_exchange {
-        typename Engine::selection_type sel;
+        Selection sel;
         std::size_t count = 0;
-        int group = 0;
-        bool async = false;
-        traffic_counters traffic{};
-        comm::request request{};
+        route_flight flight{};
     };
 
     std::optional<pending_exchange> pending_; // the exchange started, not yet applied

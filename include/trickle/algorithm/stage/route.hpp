@@ -17,16 +17,30 @@
 // accounting by part (codes, scales, indices, padding). A weighted exchange (DiLoCo)
 // carries its weight last: with the plain route in the same buffer, otherwise summed
 // exactly apart, its bytes counted as scales.
+//
+// It also owns how a pass travels. An exchange is started (start()) and landed (land()):
+// over a communicator that runs work on a progress thread (comm::async) and when the
+// caller will not need the sums before its next steps (SPARTA's overlap, a fragment's
+// overlap_steps), a plain all-reduce, or a whole encoded all-reduce (encode, exchange,
+// decode, run by start_with on the wrapped communicator), runs while the worker trains;
+// any other exchange runs at once and its flight is already landed: the same bits either
+// way. A whole-group outer step (outer_step()) takes the engine's outer_pass (what the
+// step produces and consumes, stage/outer_pass.hpp) and its pass_wrap (pruning, a robust
+// rule), and chooses: the passes fused into the codec's on the host or on the device, or
+// the plain sequence of producer, wrappers, sum and consumer.
 #pragma once
 
 #include <trickle/algorithm/detail/codec.hpp>
 #include <trickle/algorithm/detail/device.hpp>
+#include <trickle/algorithm/stage/outer_pass.hpp>
 #include <trickle/algorithm/stats.hpp>
 #include <trickle/codec/codec.hpp>
 #include <trickle/codec/link.hpp>
 #include <trickle/codec/reduce.hpp>
 #include <trickle/codec/sparsifier.hpp>
 #include <trickle/comm/communicator.hpp>
+#include <trickle/comm/request.hpp>
+#include <trickle/comm/view.hpp>
 #include <trickle/config.hpp>
 #include <trickle/core/config_record.hpp>
 #include <trickle/core/memory_space.hpp>
@@ -38,6 +52,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -45,6 +60,19 @@
 TRICKLE_NAMESPACE_BEGIN
 
 namespace detail {
+
+// An exchange the route started (exchange_route::start) and its caller lands later
+// (exchange_route::land): its sums are in the caller's buffer once landed, and its bytes
+// by part are known then.
+struct route_flight {
+    comm::request request{};  // running on the communicator's progress thread
+    bool running = false;
+    int group = 0;            // the size of the group it sums over
+    std::size_t n = 0;        // values exchanged (a weighted exchange's weight apart)
+    traffic_counters traffic{};
+    codec::wire_parts parts{};
+    std::shared_ptr<std::uint64_t> side; // running and weighted: the bytes of the weight's sum
+};
 
 // Topology: a topology policy; Wire: the resolved codec (codec::resolve_t), a value codec
 // or a sparsifier; Space and Comm: the parameters' memory space and the communicator.
@@ -120,6 +148,9 @@ public:
             std::size_t first = 0) {
         const reduce_context ctx{seed_, round};
         if (!encoded_) return topology_reduce(topology_, ex, comm, buf, n, ws, ctx);
+        // An encoded exchange started earlier may still use the codec's scratch on the
+        // progress thread.
+        if constexpr (comm::job_communicator<Comm>) comm.synchronize();
         float* residual = feedback_ ? residual_data() + first : nullptr;
         if (summed_) {
             if constexpr (byte_communicator<Comm>) {
@@ -158,6 +189,118 @@ public:
         sum_weight(ex, comm, buf + n, ws, round);
     }
 
+    // Starts the sum of buf[0, n) (weighted: and of the weight buf[n]), exchange `round`;
+    // `first` as for sum(). With `overlap`, over a communicator that runs work on a
+    // progress thread, the all_reduce topology's plain or summed exchange runs there while
+    // the caller computes; buf (and the residual's range) must then stay untouched until
+    // land(). Otherwise the exchange runs now, and the flight comes back landed.
+    template <class Exec, class Workspace>
+    route_flight start(const Exec& ex, Comm& comm, float* buf, std::size_t n, Workspace& ws, std::uint64_t round,
+                       std::size_t first, bool weighted, bool overlap) {
+        route_flight f;
+        f.n = n;
+        if constexpr (comm::async_communicator<Comm> && !on_device) {
+            if (overlap && all_reduce()) {
+                if (!encoded_) {
+                    f.request = comm.start_all_reduce_sum(buf, n + (weighted ? 1 : 0));
+                    f.running = true;
+                    f.group = comm.size();
+                    return f;
+                }
+                if constexpr (comm::job_communicator<Comm>) {
+                    if (summed_) {
+                        f.side = std::make_shared<std::uint64_t>(0);
+                        f.request = comm.start_with(
+                            [this, buf, n, round, first, weighted, side = f.side](typename Comm::wrapped_type& c) {
+                                summed_on(c, buf, n, round, first);
+                                if (weighted) {
+                                    const std::uint64_t before = c.traffic().bytes_sent;
+                                    c.all_reduce_sum(buf + n, 1);
+                                    *side = c.traffic().bytes_sent - before;
+                                }
+                            });
+                        f.running = true;
+                        f.group = comm.size();
+                        return f;
+                    }
+                }
+            }
+        } else {
+            (void)overlap;
+        }
+        const traffic_counters before = comm.traffic();
+        if (weighted) {
+            sum_weighted(ex, comm, buf, n, ws, round, first);
+            f.group = comm.size();
+        } else {
+            f.group = sum(ex, comm, buf, n, ws, round, first);
+        }
+        f.traffic = comm.traffic() - before;
+        f.parts = parts_sent(comm, n, f.traffic);
+        return f;
+    }
+
+    // Waits for a started exchange if it still runs, and counts its bytes by part.
+    void land(const Comm& comm, route_flight& f) const {
+        if (!f.running) return;
+        f.traffic = f.request.wait();
+        f.running = false;
+        f.parts = encoded_ ? summed_parts(comm, f.n, f.traffic, f.side ? *f.side : 0)
+                           : codec::wire_parts{.codes = f.traffic.bytes_sent};
+    }
+
+    // One outer step over the whole group (pass.first == 0): the route chooses how it
+    // travels. Without pruning, a robust rule or an elastic communicator, the summed route
+    // fuses the producer and the consumer into the codec's passes (sum_fused on the host,
+    // sum_fused_device on the device: the weights' sum first, so the update can divide by
+    // it; no fp32 array of the deltas is stored); otherwise the producer, the wrappers
+    // (pruning; a robust rule's combine replaces the sum), the sum and the consumer run in
+    // turn. prepare() is called once the sums are known and before the consumer runs (it
+    // commits the round and returns the outer rule). The same bits and bytes every way.
+    template <class Exec, class Workspace, class T, class Prune, class Combine, class Prepare>
+    void outer_step(const Exec& ex, Comm& comm, Workspace& ws, std::uint64_t round, const outer_pass<T>& pass,
+                    const pass_wrap<Prune, Combine>& wrap, Prepare&& prepare) {
+        constexpr bool elastic = comm::elastic_communicator<Comm>;
+        constexpr const char* no_capture = "diloco::step: stochastic rounding draws new words at every outer step, "
+                                           "which a captured CUDA graph would replay unchanged";
+        const bool plain_pass = !wrap.prunes && !wrap.robust && !elastic;
+        if constexpr (can_fuse) {
+            if (plain_pass && summed_) {
+                float* weight_sum = pass.buf + pass.n;
+                *weight_sum = pass.weight;
+                sum_weight(ex, comm, weight_sum, ws, round);
+                const auto rule = prepare();
+                sum_fused(
+                    comm, pass.n, round, [&](std::size_t i0, std::size_t m, float* out) { pass.produce_tile(i0, m, out); },
+                    [&](std::size_t i0, std::size_t m, const float* in) { pass.consume_tile(rule, i0, m, in); });
+                return;
+            }
+        }
+        if constexpr (can_fuse_device && std::is_same_v<Exec, exec::cuda>) {
+            if (plain_pass && fuses_on_device()) {
+                refuse_capture_if_stochastic(ex, no_capture);
+                pass.store_weight(ex);
+                sum_weight(ex, comm, pass.buf + pass.n, ws, round);
+                const auto rule = prepare();
+                sum_fused_device(ex, comm, pass.n, round, pass.source(), pass.sink(rule));
+                return;
+            }
+        }
+        if (wrap.robust) { // (host parameters: refused on the device at construction)
+            pass.run(ex, pass.delta(pass.weight > 0.0f ? 1.0f : 0.0f));
+            if constexpr (!on_device) pass.buf[pass.n] = pass.weight;
+            if (wrap.prunes) wrap.prune(ex, pass.buf);
+            wrap.combine(pass.buf, pass.n);
+        } else {
+            pass.run(ex, pass.delta(pass.weight));
+            if (wrap.prunes) wrap.prune(ex, pass.buf);
+            refuse_capture_if_stochastic(ex, no_capture);
+            sum_weighted(ex, comm, pass.buf, pass.n, ws, round, pass.first);
+        }
+        const auto rule = prepare();
+        pass.run(ex, pass.update(rule));
+    }
+
     // The weight's exact sum, alone (the fused outer step sums it first).
     template <class Exec, class Workspace>
     void sum_weight(const Exec& ex, Comm& comm, float* w, Workspace& ws, std::uint64_t round) {
@@ -177,6 +320,7 @@ public:
     template <class Produce, class Consume>
     void sum_fused(Comm& comm, std::size_t n, std::uint64_t round, Produce&& produce, Consume&& consume) {
         if constexpr (can_fuse) {
+            if constexpr (comm::job_communicator<Comm>) comm.synchronize(); // (as in sum())
             codec::encoded_all_reduce_tiled(codec_, comm, n, scratch_, std::forward<Produce>(produce),
                                             std::forward<Consume>(consume), feedback_ ? residual_.data() : nullptr,
                                             beta_, rounding(round));
@@ -214,22 +358,11 @@ public:
     // cost model (summed) or the link's count (linked), the weight's sum as scales.
     codec::wire_parts parts_sent(const Comm& comm, std::size_t n, const traffic_counters& last) {
         if (!encoded_) return codec::wire_parts{.codes = last.bytes_sent};
+        const std::uint64_t side = std::exchange(side_bytes_, 0);
+        if (summed_) return summed_parts(comm, n, last, side);
         codec::wire_parts parts;
-        if (summed_) {
-            if constexpr (sparsified)
-                parts = sparse_all_reduce_parts(codec_, n, comm.size(), comm.rank()); // by ADL
-            else
-                parts = codec::encoded_all_reduce_parts(codec_, n, comm.size(), comm.rank());
-        } else {
-            if constexpr (!sparsified) parts = link_.take_sent();
-        }
-        // Parts that are codes alone (a sparsifier's fp32 values through all_reduce_sum) are
-        // whatever the exchange sent besides the weight's sum: the communicator's count, not
-        // the ring cost model, which a communicator may beat (comm::process_group sends a
-        // small all-reduce as one all-gather).
-        if (summed_ && parts.scales == 0 && parts.indices == 0 && parts.padding == 0 && parts.codes != 0)
-            parts.codes = last.bytes_sent - side_bytes_;
-        parts.scales += std::exchange(side_bytes_, 0);
+        if constexpr (!sparsified) parts = link_.take_sent();
+        parts.scales += side;
         return parts;
     }
 
@@ -253,6 +386,41 @@ public:
     }
 private:
     using link_type = codec_link_t<Wire, Space>;
+
+    // The summed route's parts of an exchange of n values that sent `last`, `side` of it
+    // the weight's sum (counted as scales).
+    codec::wire_parts summed_parts(const Comm& comm, std::size_t n, const traffic_counters& last,
+                                   std::uint64_t side) const {
+        codec::wire_parts parts;
+        if constexpr (sparsified)
+            parts = sparse_all_reduce_parts(codec_, n, comm.size(), comm.rank()); // by ADL
+        else
+            parts = codec::encoded_all_reduce_parts(codec_, n, comm.size(), comm.rank());
+        // Parts that are codes alone (a sparsifier's fp32 values through all_reduce_sum) are
+        // whatever the exchange sent besides the weight's sum: the communicator's count, not
+        // the ring cost model, which a communicator may beat (comm::process_group sends a
+        // small all-reduce as one all-gather).
+        if (parts.scales == 0 && parts.indices == 0 && parts.padding == 0 && parts.codes != 0)
+            parts.codes = last.bytes_sent - side;
+        parts.scales += side;
+        return parts;
+    }
+
+    // The summed route's exchange on a host communicator C (the caller's, or the one a
+    // progress thread wraps).
+    template <class C>
+    void summed_on(C& c, float* buf, std::size_t n, std::uint64_t round, std::size_t first) {
+        if constexpr (!on_device && byte_communicator<C>) {
+            float* residual = feedback_ ? residual_data() + first : nullptr;
+            if constexpr (sparsified)
+                sparse_all_reduce(codec_, c, buf, n, scratch_, residual, beta_, seed_, round); // by ADL (codec/sparse.hpp)
+            else
+                codec::encoded_all_reduce(codec_, c, buf, n, scratch_, residual, beta_, rounding(round));
+        } else {
+            (void)c, (void)buf, (void)n, (void)round, (void)first;
+            throw invalid_argument("this communicator cannot carry an encoded all-reduce");
+        }
+    }
     using scratch_type = std::conditional_t<sparsified, codec::sparse_scratch, codec::reduce_scratch>;
 
     void reserve_codec_scratch(Comm& comm) {
