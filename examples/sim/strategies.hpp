@@ -101,13 +101,6 @@ public:
     std::uint64_t peak_bytes() const override { return 0; }
 };
 
-// How an algorithm's exchanges count in the network model: `hide_steps` > 0 when trickle
-// really runs them behind compute (over comm::async, fp32 through the all-reduce: the
-// cases in which the library starts the operation instead of blocking on it).
-struct overlap_plan {
-    int hide_steps = 0;
-};
-
 namespace detail {
 inline void tally(const trickle::exchange_stats& s, bool hidden, traffic_split& out) {
     (hidden ? out.hidden_ops : out.blocking_ops) += s.exchanges;
@@ -119,9 +112,11 @@ inline void tally(const trickle::exchange_stats& s, bool hidden, traffic_split& 
 template <class Algorithm>
 class algorithm_exchanger : public exchanger {
 public:
+    // How its exchanges count in the network model is the algorithm's own answer
+    // (trickle::overlap_plan: the steps its route runs an exchange behind compute).
     template <class... Args>
-    explicit algorithm_exchanger(overlap_plan plan, Args&&... args)
-        : plan_(plan), algorithm_(std::forward<Args>(args)...) {}
+    explicit algorithm_exchanger(Args&&... args)
+        : algorithm_(std::forward<Args>(args)...), plan_(algorithm_.overlap()) {}
 
     void after_step() override {
         algorithm_.step(trickle::exec::host{});
@@ -133,15 +128,15 @@ public:
     }
     std::uint64_t bytes_sent() const override { return algorithm_.stats().total.bytes_sent; }
     std::uint64_t peak_bytes() const override { return peak_; }
-    int hide_steps() const override { return plan_.hide_steps; }
+    int hide_steps() const override { return static_cast<int>(std::max(plan_.sparse_steps, plan_.outer_steps)); }
     traffic_split traffic() const override {
         traffic_split t;
         if constexpr (requires { algorithm_.sparse_stats(); }) {
             // sparta_diloco: the SPARTA part may overlap, the outer steps block.
-            detail::tally(algorithm_.sparse_stats(), plan_.hide_steps > 0, t);
-            detail::tally(algorithm_.outer_stats(), false, t);
+            detail::tally(algorithm_.sparse_stats(), plan_.sparse_steps > 0, t);
+            detail::tally(algorithm_.outer_stats(), plan_.outer_steps > 0, t);
         } else {
-            detail::tally(algorithm_.stats(), plan_.hide_steps > 0, t);
+            detail::tally(algorithm_.stats(), hide_steps() > 0, t);
         }
         return t;
     }
@@ -190,8 +185,8 @@ private:
     }
     void see(const trickle::exchange_stats& s) { peak_ = std::max(peak_, s.last.bytes_sent); }
 
-    overlap_plan plan_;
     Algorithm algorithm_;
+    trickle::overlap_plan plan_;
     std::uint64_t peak_ = 0;
 };
 
@@ -211,8 +206,8 @@ template <class Algorithm>
 class async_algorithm_exchanger final : private async_comm_holder, public algorithm_exchanger<Algorithm> {
 public:
     template <class Build>
-    async_algorithm_exchanger(trickle::comm::local& comm, overlap_plan plan, const Build& build)
-        : async_comm_holder(comm), algorithm_exchanger<Algorithm>(plan, build(async_comm)) {}
+    async_algorithm_exchanger(trickle::comm::local& comm, const Build& build)
+        : async_comm_holder(comm), algorithm_exchanger<Algorithm>(build(async_comm)) {}
 
     void barrier(trickle::comm::local& /*comm*/) override { async_comm.barrier(); }
 };
@@ -292,21 +287,6 @@ inline trickle::sparta_options make_sparta_options(const sim_config& c) {
             .overlap = c.sparta_overlap};
 }
 
-// Whether trickle runs SPARTA's exchange behind the next step: --overlap over comm::async
-// with fp32 values through the all-reduce (otherwise the library exchanges at once and only
-// applies the result later, which gives the same bits but hides nothing).
-inline overlap_plan sparta_overlap_plan(const sim_config& c) {
-    const bool hidden = c.sparta_overlap && c.codec == codec_kind::fp32 && c.topology == topology_kind::all_reduce;
-    return {.hide_steps = hidden ? 1 : 0};
-}
-
-// Whether trickle runs a streaming DiLoCo fragment's exchange behind the next tau steps:
-// tau > 0 over comm::async with fp32 outer gradients (no top-k) through the all-reduce.
-inline overlap_plan streaming_overlap_plan(const sim_config& c) {
-    const bool hidden = c.overlap_steps > 0 && c.outer_codec == codec_kind::fp32 && c.topk_k == 0 &&
-                        c.topology == topology_kind::all_reduce;
-    return {.hide_steps = hidden ? c.overlap_steps : 0};
-}
 
 // The outer learning-rate schedule, chosen at run time (trickle::schedule::any), so that
 // scheduling the outer lr adds no instantiations: every optimizer with an lr is wrapped in

@@ -13,11 +13,11 @@ namespace trickle_sim::detail {
 // The exchanger for an Algorithm built by make(comm): over the worker's communicator, or
 // over a comm::async wrapper of it that lives as long as the algorithm.
 template <bool Async, class Algorithm, class Comm, class Make>
-std::unique_ptr<exchanger> wrap_algorithm(Comm& comm, overlap_plan plan, const Make& make) {
+std::unique_ptr<exchanger> wrap_algorithm(Comm& comm, const Make& make) {
     if constexpr (Async)
-        return std::make_unique<async_algorithm_exchanger<Algorithm>>(comm, plan, make);
+        return std::make_unique<async_algorithm_exchanger<Algorithm>>(comm, make);
     else
-        return std::make_unique<algorithm_exchanger<Algorithm>>(plan, make(comm));
+        return std::make_unique<algorithm_exchanger<Algorithm>>(make(comm));
 }
 
 template <bool Async, class Comm>
@@ -27,7 +27,7 @@ std::unique_ptr<exchanger> sparta_exchanger(const sim_config& c, const trickle::
     return std::visit(
         [&](auto sam, auto sch) -> std::unique_ptr<exchanger> {
             using algorithm = trickle::sparta<decltype(sam), decltype(sch), topology_choice, trickle::codec::any>;
-            return wrap_algorithm<Async, algorithm>(comm, sparta_overlap_plan(c), [&](auto& on) {
+            return wrap_algorithm<Async, algorithm>(comm, [&](auto& on) {
                 return algorithm(group, on, options, sam, sch, top, make_codec(c.codec, c.codec_block));
             });
         },
@@ -38,12 +38,11 @@ template <bool Async, class Comm>
 std::unique_ptr<exchanger> diloco_exchanger(const sim_config& c, const trickle::param_group<float>& group, Comm& comm,
                                             const trickle::diloco_options& options) {
     const topology_choice top = make_topology(c);
-    const overlap_plan plan = options.overlap_steps > 0 ? streaming_overlap_plan(c) : overlap_plan{};
     return std::visit(
         [&](auto out, auto wire) -> std::unique_ptr<exchanger> {
             using algorithm = trickle::diloco<decltype(out), topology_choice, decltype(wire)>;
-            return wrap_algorithm<Async, algorithm>(
-                comm, plan, [&](auto& on) { return algorithm(group, on, options, out, top, wire); });
+            return wrap_algorithm<Async, algorithm>(comm,
+                                                    [&](auto& on) { return algorithm(group, on, options, out, top, wire); });
         },
         make_outer(c), make_outer_wire(c));
 }
@@ -57,7 +56,7 @@ std::unique_ptr<exchanger> sparta_diloco_exchanger(const sim_config& c, const tr
         [&](auto sam, auto sch, auto out, auto wire) -> std::unique_ptr<exchanger> {
             using algorithm = trickle::sparta_diloco<decltype(sam), decltype(sch), topology_choice, decltype(out),
                                                      trickle::codec::any, decltype(wire)>;
-            return wrap_algorithm<Async, algorithm>(comm, sparta_overlap_plan(c), [&](auto& on) {
+            return wrap_algorithm<Async, algorithm>(comm, [&](auto& on) {
                 return algorithm(group, on, sparse, outer_options, sam, sch, top, out, make_codec(c.codec, c.codec_block),
                                  wire);
             });

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 using namespace trickle;
@@ -113,6 +114,41 @@ TEST_CASE("comm::async: bytes are counted when an operation completes; test() re
         rq.wait(); // a second wait is a no-op
         CHECK(!comm::request{}.valid());
     });
+}
+
+TEST_CASE("comm::async::start_with: a whole exchange of several collectives runs on the progress thread, in order") {
+    std::vector<std::string> errors(2);
+    comm::run_local(2, [&](comm::local& c) {
+        comm::async<comm::local> ac(c);
+        std::vector<float> a(100, 1.0f), b(50, 2.0f);
+        std::thread::id ran_on;
+        // Started after an all-reduce: it runs after it, and it is itself two collectives and
+        // the computation between them.
+        comm::request first = ac.start_all_reduce_sum(a.data(), a.size());
+        comm::request job = ac.start_with([&](comm::local& inner) {
+            ran_on = std::this_thread::get_id();
+            for (float& x : b) x += a[0]; // a is summed already: 2
+            inner.all_reduce_sum(b.data(), b.size());
+            inner.all_reduce_sum(b.data(), 1);
+        });
+        first.wait();
+        const traffic_counters t = job.wait();
+        CHECK(ran_on != std::this_thread::get_id());
+        CHECK(b[0] == 16.0f); // (2 + 2) * 2, then * 2
+        CHECK(b[1] == 8.0f);
+        CHECK(t.bytes_sent == detail::all_reduce_bytes(50, 4, 2, c.rank()) + detail::all_reduce_bytes(1, 4, 2, c.rank()));
+        CHECK(t.calls == 2);
+        // What the job throws comes back through wait(); the wrapper goes on.
+        comm::request bad = ac.start_with([](comm::local&) { throw invalid_argument("the job failed"); });
+        try {
+            bad.wait();
+        } catch (const invalid_argument& e) {
+            errors[static_cast<std::size_t>(c.rank())] = e.what();
+        }
+        ac.all_reduce_sum(a.data(), 1);
+        CHECK(a[0] == 4.0f);
+    });
+    for (const auto& e : errors) CHECK(e == "the job failed");
 }
 
 TEST_CASE("comm::async: a bad argument comes back through wait() on every rank; the wrapper stays usable") {

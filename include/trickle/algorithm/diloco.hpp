@@ -207,6 +207,12 @@ public:
     // Streaming: the fragments' flat ranges [first, first + count), in group order.
     std::vector<std::pair<std::size_t, std::size_t>> fragment_ranges() const { return fragments_.ranges(); }
 
+    // Streaming with overlap_steps: whether the fragments' exchanges run behind the inner
+    // steps (the route's choice) or block the step that starts them, landing late.
+    overlap_plan overlap() const {
+        return overlap_plan{.outer_steps = fragments_.active() && route_.overlaps() ? options_.overlap_steps : 0};
+    }
+
     // Streaming: fragments whose average has not been applied yet.
     std::size_t fragments_in_flight() const { return fragments_.in_flight(); }
 

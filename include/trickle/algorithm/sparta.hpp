@@ -186,6 +186,12 @@ public:
     // Whether an overlapped exchange waits to be applied.
     bool exchange_pending() const { return overlap_.pending(); }
 
+    // sparta_options::overlap: whether the exchange runs behind the next step (the route's
+    // choice) or lands late after blocking the step that started it.
+    overlap_plan overlap() const {
+        return overlap_plan{.sparse_steps = !on_device && options_.overlap && route_.overlaps() ? 1u : 0u};
+    }
+
     // Counts a step without exchanging (used by sparta_diloco at the end of an outer round).
     void skip_step() {
         if constexpr (on_device)

@@ -172,6 +172,7 @@ public:
 
     const exchange_stats& stats() const { return stats_; }
     const exchange_stats& sparse_stats() const { return sparse_.stats(); }
+    overlap_plan overlap() const { return overlap_plan{sparse_.overlap().sparse_steps, outer_.overlap().outer_steps}; }
     const exchange_stats& outer_stats() const { return outer_.stats(); }
     sparta_engine<Sampler, Schedule, Topology, T, Space, Comm, Codec>& sparse() { return sparse_; }
     diloco_engine<Outer, Topology, T, Space, Comm, OuterCodec>& outer() { return outer_; }

@@ -65,6 +65,17 @@ struct exchange_stats {
     }
 };
 
+// How an algorithm's exchanges travel against the worker's compute, as its route decided
+// from the communicator, the codec and the topology (exchange_route::overlaps): the inner
+// steps an exchange of the SPARTA part, and of the outer part (streaming DiLoCo's
+// fragments), runs behind; 0 when every such exchange blocks the step that starts it
+// (its result may still land late, with the same bits). What a model of the network
+// (the simulator's) should hide.
+struct overlap_plan {
+    std::uint64_t sparse_steps = 0;
+    std::uint64_t outer_steps = 0;
+};
+
 // What an algorithm saw of its membership (stats on every worker; over a fixed-world
 // communicator only `workers` and `epoch` 0).
 struct membership_stats {

@@ -41,6 +41,7 @@ public:
     virtual aggregation_stats aggregation() const = 0;
     virtual deadline_stats deadlines() const = 0;
     virtual double deadline() const = 0;
+    virtual overlap_plan overlap() const = 0;
     virtual void report_arrival(double) = 0;
     virtual void save(std::ostream&) const = 0;
     virtual void load(std::istream&, const std::string& source, checkpoint_trailing trailing) = 0;
@@ -94,6 +95,12 @@ public:
             return engine_.deadlines();
         else
             return deadline_stats{};
+    }
+    overlap_plan overlap() const override {
+        if constexpr (requires { engine_.overlap(); })
+            return engine_.overlap();
+        else
+            return overlap_plan{};
     }
     double deadline() const override {
         if constexpr (requires { engine_.deadline(); })
@@ -176,6 +183,9 @@ public:
     aggregation_stats aggregation() const { return get("aggregation").aggregation(); }
     deadline_stats deadlines() const { return get("deadlines").deadlines(); }
     double deadline() const { return get("deadline").deadline(); }
+    // The inner steps the exchanges run behind the worker's compute (overlap_plan; 0: they
+    // block), as the route decided from the communicator, the codec and the topology.
+    overlap_plan overlap() const { return get("overlap").overlap(); }
     void report_arrival(double t) { get("report_arrival").report_arrival(t); }
     // Applies an overlapped SPARTA exchange still waiting (sparta_options::overlap), so that
     // save() may run; nothing otherwise. Local to the worker.

@@ -200,7 +200,7 @@ public:
         route_flight f;
         f.n = n;
         if constexpr (comm::async_communicator<Comm> && !on_device) {
-            if (overlap && all_reduce()) {
+            if (overlap && overlaps()) {
                 if (!encoded_) {
                     f.request = comm.start_all_reduce_sum(buf, n + (weighted ? 1 : 0));
                     f.running = true;
@@ -238,6 +238,16 @@ public:
         f.traffic = comm.traffic() - before;
         f.parts = parts_sent(comm, n, f.traffic);
         return f;
+    }
+
+    // Whether start(..., overlap = true) runs the exchange behind the caller's compute:
+    // over a communicator that starts operations, with the all_reduce topology, plain or
+    // summed (a communicator that runs whole exchanges, comm::async::start_with).
+    bool overlaps() const {
+        if constexpr (comm::async_communicator<Comm> && !on_device)
+            return all_reduce() && (!encoded_ || (comm::job_communicator<Comm> && summed_));
+        else
+            return false;
     }
 
     // Waits for a started exchange if it still runs, and counts its bytes by part.
