@@ -54,8 +54,12 @@ struct process_group_options {
     // rank order) instead of a reduce-scatter and an all-gather (two all-to-alls) while
     // that sends at most this many bytes more per rank: always for two ranks (where both
     // send the same bytes), for small buffers otherwise, where latency rules. 0: only for
-    // two ranks (within gather_max_bytes).
-    std::size_t gather_extra_bytes = 64 * 1024;
+    // two ranks (within gather_max_bytes). 4 KiB: about what a slow link (10 Mb/s) moves
+    // in the round trip the second collective costs; a SPARTA exchange of 4,040 values
+    // over 4 ranks (16 KB) then sends the ring's 24 KB, not the all-gather's 48 KB (the
+    // network lab). Set it higher where latency, not bandwidth, is scarce (one machine, a
+    // datacenter): 64 KiB sends such an exchange as one all-gather.
+    std::size_t gather_extra_bytes = 4 * 1024;
     // ...and while the buffer holds at most this many bytes: past it, the all-gather's
     // staging (N blocks received, every one read by every rank) costs more memory traffic
     // than the extra round trip saves, even for two ranks.
