@@ -504,12 +504,11 @@ private:
     }
 
     // Counts one completed exchange of n deltas and the weight: `last` its traffic, `parts`
-    // its bytes by part (the route's), `report_bytes` what the round's reports sent before
-    // it (within `last`; counted as scales, the part of the weights and other per-round
-    // metadata), so that the parts still sum to the bytes sent.
+    // its bytes by part (the route's, of `last` less the reports), `report_bytes` what the
+    // round's reports sent before it (within `last`; counted as scales, the part of the
+    // weights and other per-round metadata), so that the parts still sum to the bytes sent.
     void count_exchange(const traffic_counters& last, codec::wire_parts parts, std::size_t n,
                         std::uint64_t report_bytes = 0) {
-        if (!route_.encoded()) parts = codec::wire_parts{.codes = last.bytes_sent - report_bytes};
         parts.scales += report_bytes;
         stats_.add_exchange(last, parts, n + 1);
     }

@@ -394,11 +394,6 @@ private:
         return sel;
     }
 
-    // Counts an exchange of `count` values, its bytes by part (the route's).
-    void count_exchange(const traffic_counters& last, std::size_t count) {
-        stats_.add_exchange(last, route_.parts_sent(comm_, count, last), count);
-    }
-
     // What the overlap stage borrows (stage/overlap.hpp): the selection, the group's view,
     // the exchange buffer, the route and the accounting; nothing else of the engine.
     struct overlap_lender {
@@ -415,13 +410,6 @@ private:
         }
     };
     overlap_lender lend() { return overlap_lender{*this}; }
-
-    // The sum over the topology's group of buf[0, count), through the route, as exchange
-    // stats_.exchanges; returns the group's size.
-    template <class Exec>
-    int reduce(const Exec& ex, float* buf, std::size_t count) {
-        return route_.sum(ex, comm_, buf, count, ws_, stats_.exchanges);
-    }
 
     // The gather of the selected values into buf, and the scatter of buf * scale back: the
     // host's range bodies; on the device the two movers (the gather plans as it goes).
@@ -464,14 +452,14 @@ private:
         const selection_t sel = select(t);
         const std::size_t count = sel.count();
         float* buf = ws_.get(0, count);
-        const traffic_counters before = comm_.traffic();
         gather(ex, sel, buf);
         route_.refuse_capture_if_stochastic(ex, "sparta::step: stochastic rounding draws new words at every exchange, "
                                                 "which a captured CUDA graph would replay unchanged");
-        const int group = reduce(ex, buf, count);
+        // Not overlapped: the route runs the exchange now, and the flight comes back landed.
+        const detail::route_flight f = route_.start(ex, comm_, buf, count, ws_, stats_.exchanges, 0, false, false);
         protocol::commit(comm_);
-        scatter(ex, sel, buf, 1.0f / static_cast<float>(group));
-        count_exchange(comm_.traffic() - before, count);
+        scatter(ex, sel, buf, 1.0f / static_cast<float>(f.group));
+        stats_.add_exchange(f.traffic, f.parts, count);
     }
 
     // The CUDA parts (defined below for nvcc; g++ translation units reach them through an
