@@ -165,7 +165,9 @@ public:
                 "comm::elastic_group: liveness needs a c10d::TCPStore (its heartbeat uses a client of its own)");
         user_store_ = store;
         store_ = c10::make_intrusive<c10d::PrefixStore>(o_.job, std::move(store));
+        if (o_.liveness.count() > 0) refuse_live_duplicate();
         inc_ = store_op("register", [&] { return store_->add(detail::concat("inc/", id_), 1); });
+        if (inc_ > 1) end_of_incarnation_counted();
         if (o_.liveness.count() > 0) start_heartbeat();
         if (inc_ == 1 && id_ < o_.initial) {
             await_start();
@@ -301,6 +303,7 @@ public:
             for (int round = 0; !store_->check({A}); pause(round))
                 if (clock::now() >= deadline) {
                     store_->add(detail::concat("inc/", id_), 1); // withdraw: a renewal ignores an ended incarnation
+                    end_of_incarnation_counted();
                     dead_ = true;
                     throw comm_error(detail::concat("comm::elastic_group join: worker ", id_,
                                                     " was not admitted within ", wait.count(),
@@ -321,6 +324,7 @@ public:
         drop();
         try {
             store_->add(detail::concat("inc/", id_), 1);
+            store_->add("inc/changes", 1);
         } catch (...) {
         }
     }
@@ -359,10 +363,13 @@ private:
         std::int64_t inc;
     };
     // A view, as a decision in the store writes it:
-    //   "<epoch> <joins consumed> <n> <id> <inc> ... <j> <joined ids> <l> <left ids>"
+    //   "<epoch> <joins consumed> <restarts> <n> <id> <inc> ... <j> <joined ids> <l> <left ids>"
+    // <restarts>: the store's count of ended incarnations (inc/changes) as its decider read it
+    // before it read any member's incarnation.
     struct view {
         std::uint64_t epoch = 0;
         std::int64_t consumed = 0;
+        std::int64_t changes = 0;
         std::vector<entry> members;
         std::vector<int> joined, left;
         std::vector<int> ids() const {
@@ -375,7 +382,7 @@ private:
         }
         std::string str() const {
             std::ostringstream s;
-            s << epoch << ' ' << consumed << ' ' << members.size();
+            s << epoch << ' ' << consumed << ' ' << changes << ' ' << members.size();
             for (const auto& m : members) s << ' ' << m.id << ' ' << m.inc;
             for (const auto* ids : {&joined, &left}) {
                 s << ' ' << ids->size();
@@ -387,7 +394,7 @@ private:
             std::istringstream s(t);
             view v;
             std::size_t n = 0;
-            s >> v.epoch >> v.consumed >> n;
+            s >> v.epoch >> v.consumed >> v.changes >> n;
             for (std::size_t i = 0; i < n && s; ++i) {
                 entry e{};
                 s >> e.id >> e.inc;
@@ -443,6 +450,36 @@ private:
     std::string cas(const std::string& k, const std::string& v) { return text(store_->compareSet(k, {}, bytes(v))); }
 
     std::int64_t incarnation_of(int id) { return store_->add(detail::concat("inc/", id), 0); }
+
+    // After this worker ended an incarnation of its id (a restart registering, a leave, a
+    // withdrawn join): counted, after the incarnation itself moved, so that a renewal that
+    // reads the count and finds it unchanged may keep every member without reading theirs.
+    void end_of_incarnation_counted() {
+        store_op("register", [&] { return store_->add("inc/changes", 1); });
+    }
+
+    // With liveness: a worker whose id's current incarnation still beats its heartbeat is a
+    // duplicate of a live worker (two processes started with one id). It is refused here,
+    // before it registers, so the live worker keeps its place. A restart after a crash
+    // waits up to `liveness` for the old heartbeat to stay still. (Without liveness nothing
+    // tells a live worker from a dead one: a second process with a live id ends the first's
+    // incarnation, as a restart does.)
+    void refuse_live_duplicate() {
+        store_op("register", [&] {
+            const std::int64_t cur = store_->add(detail::concat("inc/", id_), 0);
+            if (cur == 0) return 0;
+            const std::string k = detail::concat("hb/", id_, "/", cur);
+            const std::int64_t first = store_->add(k, 0);
+            const auto deadline = clock::now() + o_.liveness;
+            for (int round = 0; clock::now() < deadline; pause(round))
+                if (store_->add(k, 0) != first)
+                    throw invalid_argument(detail::concat(
+                        "comm::elastic_group: worker id ", id_, " is held by a live worker (incarnation ", cur,
+                        ", whose heartbeat is moving); every process needs its own id: stop the other one, or start "
+                        "this one with a free id"));
+            return 0;
+        });
+    }
 
     // Every member of the view arrived at renewal R, ended its incarnation, or (liveness)
     // has a heartbeat that has not moved for `liveness` while this worker waited.
@@ -513,15 +550,23 @@ private:
         beat_.reset();
     }
 
-    // Closes renewal R: the members that arrived (their incarnation unchanged), the queued
-    // joiners whose incarnation is current; written once (the first writer wins).
-    // `everyone`: the arrival count says every member arrived (then nobody's arrival or
-    // incarnation needs reading: the common case costs three store operations).
+    // Closes renewal R: the members that arrived with their incarnation unchanged, and the
+    // queued joiners whose incarnation is current; written once (the first writer wins).
+    // `everyone`: the arrival count says every member arrived. A member whose incarnation
+    // ended is never kept, even when its arrival was counted (a worker killed while it
+    // waited here, and restarted): the count of ended incarnations (inc/changes, read
+    // first) says whether any ended since the view's decision read it; only then are the
+    // members' incarnations read (the common case costs four store operations). A join
+    // request is consumed only when acted on: its worker admitted (in place of its ended
+    // incarnation, when that one was still a member), or its incarnation over.
     std::string decide(const std::string& R, bool everyone) {
         view next;
         next.consumed = view_.consumed;
+        next.changes = store_->add("inc/changes", 0);
+        const bool verify = !everyone || next.changes != view_.changes;
         for (const auto& m : view_.members) {
-            if (everyone || (store_->check({arrival(R, m.id)}) && incarnation_of(m.id) == m.inc))
+            const bool keep = !verify || ((everyone || store_->check({arrival(R, m.id)})) && incarnation_of(m.id) == m.inc);
+            if (keep)
                 next.members.push_back(m);
             else
                 next.left.push_back(m.id);
@@ -534,7 +579,16 @@ private:
             std::istringstream s(text(store_->get(J)));
             entry e{};
             s >> e.id >> e.inc;
-            if (!s || e.id < 0 || next.has(e.id) || incarnation_of(e.id) != e.inc) continue;
+            if (!s || e.id < 0 || incarnation_of(e.id) != e.inc) continue; // withdrawn or restarted since
+            const auto old = std::find_if(next.members.begin(), next.members.end(),
+                                          [&](const entry& m) { return m.id == e.id; });
+            if (old != next.members.end()) {
+                if (old->inc == e.inc) continue; // (already a member: cannot happen, a member never queues)
+                // The request of a restart whose ended incarnation was still kept (its end was
+                // not counted yet when this decision read the count): the old one leaves.
+                next.members.erase(old);
+                next.left.push_back(e.id);
+            }
             next.members.push_back(e);
             next.joined.push_back(e.id);
         }
