@@ -802,7 +802,9 @@ std::unique_ptr<bound_algorithm> make_diloco(process_group_ptr pg, const named_t
 // DiLoCo over comm::elastic_group (elastic.cpp): the view in `store`, this worker's id.
 std::unique_ptr<bound_algorithm> make_diloco_elastic(store_ptr store, int id, int initial, std::int64_t timeout_ms,
                                                      std::int64_t liveness_ms, const std::string& job,
-                                                     const named_tensors& params, const py::dict& opts);
+                                                     std::int64_t start_timeout_ms, std::int64_t join_timeout_ms,
+                                                     const std::string& hostname, const named_tensors& params,
+                                                     const py::dict& opts);
 std::unique_ptr<bound_algorithm> make_sparta_diloco(process_group_ptr pg, const named_tensors& params,
                                                     const py::dict& opts);
 // The dense baseline (ddp.cpp): every parameter averaged every `interval` steps.

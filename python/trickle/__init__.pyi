@@ -184,8 +184,12 @@ class Elastic:
     timeout: float
     job: str
     liveness: float
+    start_timeout: float
+    join_timeout: float
+    hostname: str
     def __init__(self, store: Store, id: int, initial: int, timeout: float = 10.0, job: str = "trickle",
-                 liveness: float = 0.0) -> None:
+                 liveness: float = 0.0, start_timeout: float = 300.0, join_timeout: float = 600.0,
+                 hostname: str = "") -> None:
         """Checks the arguments (TypeError / ValueError) and keeps them."""
 
 def build_info() -> Dict[str, Any]:

@@ -602,7 +602,8 @@ class _Algorithm:
         self._elastic = el  # keeps the store alive as long as this object
         self._options = opts
         self._impl = _C.diloco_elastic(el.store, el.id, el.initial, int(round(el.timeout * 1000)),
-                                       int(round(el.liveness * 1000)), el.job, params, opts)
+                                       int(round(el.liveness * 1000)), el.job, int(round(el.start_timeout * 1000)),
+                                       int(round(el.join_timeout * 1000)), el.hostname, params, opts)
         _LIVE.add(self)
 
     # -- collective operations --

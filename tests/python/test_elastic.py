@@ -70,7 +70,19 @@ def refusals() -> None:
         (lambda: trickle.DiLoCo(model, min_workers=2), ValueError, "applies with elastic= only"),
         (lambda: trickle.DiLoCo(model, elastic=trickle.Elastic(store, id=0, initial=1), min_workers=2), ValueError,
          "min_workers (2) is larger than the world (1 workers)"),
-        (lambda: trickle.connect_store("127.0.0.1", 1, timeout=0.3), RuntimeError, "no store answered at 127.0.0.1:1"),
+        (lambda: trickle.connect_store("127.0.0.1", 1, timeout=0.3), trickle.CommError,
+         "no store answered at 127.0.0.1:1"),
+        (lambda: trickle.Elastic(store, id=0, initial=1, start_timeout=0), ValueError, "start_timeout must be > 0"),
+        (lambda: trickle.Elastic(store, id=0, initial=1, join_timeout=-1), ValueError, "join_timeout must be > 0"),
+        (lambda: trickle.Elastic(store, id=0, initial=1, hostname=5), TypeError, "hostname must be a string"),
+        # A first member whose peers never start gives up at start_timeout, naming them.
+        (lambda: trickle.DiLoCo(model, elastic=trickle.Elastic(store, id=1, initial=3, job="never",
+                                                                start_timeout=0.3)),
+         trickle.CommError, "did not all start within 300 ms (missing: 0, 2)"),
+        # A joiner nobody admits gives up at join_timeout.
+        (lambda: trickle.DiLoCo(model, elastic=trickle.Elastic(store, id=7, initial=1, job="lonely",
+                                                                join_timeout=0.3)),
+         trickle.CommError, "was not admitted within 300 ms"),
     ]
     for make, exc, text in cases:
         try:

@@ -138,8 +138,13 @@ struct elastic_group_options {
     // `liveness` is dropped too (it joins again), so leave a margin.
     std::chrono::milliseconds liveness{0};
     // How long the first members wait for each other at the start (processes started
-    // seconds apart, on several machines), before epoch 0's group is formed; > 0.
+    // seconds apart, on several machines), before epoch 0's group is formed; > 0. Past it:
+    // comm_error naming the ids that never started.
     std::chrono::milliseconds start_timeout{std::chrono::minutes(5)};
+    // How long join() waits for a renewal to admit this worker (the members renew at their
+    // next round: a DiLoCo outer step, a SPARTA exchange); > 0. Past it: comm_error, and
+    // the request is withdrawn.
+    std::chrono::milliseconds join_timeout{std::chrono::minutes(10)};
 };
 
 // One worker's handle (see the file's comment): a trickle::communicator and
@@ -159,11 +164,15 @@ public:
                 "comm::elastic_group: the job name must be non-empty and without '/', got '", o_.job, "'");
         require(o_.start_timeout.count() > 0, "comm::elastic_group: start_timeout must be > 0 ms, got ",
                 o_.start_timeout.count());
+        require(o_.join_timeout.count() > 0, "comm::elastic_group: join_timeout must be > 0 ms, got ",
+                o_.join_timeout.count());
         require(o_.liveness.count() >= 0 && o_.liveness <= o_.timeout,
                 "comm::elastic_group: liveness must be in [0, timeout] ms (0: off), got ", o_.liveness.count());
         require(o_.liveness.count() == 0 || dynamic_cast<const c10d::TCPStore*>(store.get()) != nullptr,
                 "comm::elastic_group: liveness needs a c10d::TCPStore (its heartbeat uses a client of its own)");
         user_store_ = store;
+        if (const auto* tcp = dynamic_cast<const c10d::TCPStore*>(store.get()); tcp != nullptr)
+            store_name_ = detail::concat(" at ", tcp->getHost(), ":", tcp->getPort());
         store_ = c10::make_intrusive<c10d::PrefixStore>(o_.job, std::move(store));
         if (o_.liveness.count() > 0) refuse_live_duplicate();
         inc_ = store_op("register", [&] { return store_->add(detail::concat("inc/", id_), 1); });
@@ -286,9 +295,11 @@ public:
     }
 
     // A worker outside the view (new, or restarted with its old id) queues a join request
-    // and waits until a renewal admits it, at most `wait` (then comm_error; it withdraws
-    // its request by ending its incarnation, so join through a new handle to try again).
-    membership_change join(std::chrono::milliseconds wait = std::chrono::minutes(10)) {
+    // and waits until a renewal admits it, at most `wait` (without it, the options'
+    // join_timeout; then comm_error; it withdraws its request by ending its incarnation,
+    // so join through a new handle to try again).
+    membership_change join() { return join(o_.join_timeout); }
+    membership_change join(std::chrono::milliseconds wait) {
         if (member())
             throw invalid_argument(detail::concat("comm::elastic_group join: worker ", id_, " is already a member"));
         if (joined_ || dead_)
@@ -430,9 +441,8 @@ private:
         } catch (const trickle::error&) {
             throw;
         } catch (const std::exception& e) {
-            throw comm_error(detail::concat("comm::elastic_group ", op, ": worker ", id_,
-                                            ": the key-value store failed (is the store process alive?): ",
-                                            detail::what_of(e)));
+            throw comm_error(detail::concat("comm::elastic_group ", op, ": worker ", id_, ": the key-value store",
+                                            store_name_, " failed (is the store process alive?): ", detail::what_of(e)));
         }
     }
 
@@ -714,6 +724,7 @@ private:
     elastic_group_options o_;
     int id_;
     std::int64_t inc_ = 0;
+    std::string store_name_; // " at host:port" for a TCPStore, for the store's errors
     c10::intrusive_ptr<c10d::Store> user_store_, store_;
     std::shared_ptr<::gloo::transport::Device> device_;
     std::unique_ptr<process_group> pg_;
