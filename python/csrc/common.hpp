@@ -579,6 +579,8 @@ public:
     virtual trickle::aggregation_stats aggregation(std::size_t group) const = 0;
     // The sections of this worker's state that are its own (model_algorithm::own_state).
     virtual std::vector<std::string> own_state() const = 0;
+    // How the exchanges travel against compute (the route's decision; every group alike).
+    virtual trickle::overlap_plan overlap() const = 0;
 };
 
 template <class Wrapper>
@@ -626,6 +628,12 @@ public:
     }
 
     std::vector<std::string> own_state() const override { return w_.own_state(); }
+    trickle::overlap_plan overlap() const override {
+        if constexpr (requires { w_.at(0).overlap(); })
+            return w_.group_count() == 0 ? trickle::overlap_plan{} : w_.at(0).overlap();
+        else
+            return trickle::overlap_plan{};
+    }
 
 private:
     Wrapper w_;

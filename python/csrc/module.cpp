@@ -170,6 +170,14 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         .def("set_weight", [](bound_algorithm& a, float w) { a.algo().set_weight(w); }, py::arg("weight"))
         .def("groups", [](const bound_algorithm& a) { return groups_list(a.algo().params()); })
         .def("own_state", [](const bound_algorithm& a) { return a.algo().own_state(); })
+        .def("overlap",
+             [](const bound_algorithm& a) {
+                 const trickle::overlap_plan p = a.algo().overlap();
+                 py::dict d;
+                 d["sparse_steps"] = p.sparse_steps;
+                 d["outer_steps"] = p.outer_steps;
+                 return d;
+             })
         .def_property_readonly("collectives", &bound_algorithm::collectives)
         .def_property_readonly("on_cuda", &bound_algorithm::on_cuda)
         .def_property_readonly("stages_through_host", &bound_algorithm::stages_through_host)

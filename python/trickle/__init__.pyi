@@ -226,6 +226,9 @@ class _Algorithm:
     def group(self) -> Optional[ProcessGroup]:
         """The torch.distributed process group (None for an elastic worker)."""
     @property
+    def overlap(self) -> Dict[str, int]:
+        """The steps an exchange runs behind compute as the library decided it: sparse_steps (SPARTA, 1 with overlap=True) and outer_steps (a DiLoCo fragment, overlap_steps); 0 where it blocks the step that starts it."""
+    @property
     def membership(self) -> Dict[str, Any]:
         """Over trickle.Elastic: the view and what changed it (epoch, workers, quorum, changes, joined, left, joins_refused, rounds_retried, rounds_below_quorum, state_bytes, wait_seconds)."""
     @property

@@ -747,6 +747,15 @@ class _Algorithm:
         return self._group
 
     @property
+    def overlap(self) -> Dict[str, int]:
+        """How the exchanges travel against the training steps, as the library decided it:
+        `sparse_steps`, the steps a SPARTA exchange runs behind (1 with overlap=True), and
+        `outer_steps`, the steps a DiLoCo fragment's exchange runs behind (overlap_steps);
+        0 where an exchange blocks the step that starts it (its result may still land late,
+        with the same bits): on a CUDA group in this version, for instance."""
+        return dict(self._impl.overlap())
+
+    @property
     def membership(self) -> Dict[str, Any]:
         """Over trickle.Elastic: the view (epoch, workers) and what changed it (joined, left,
         joins_refused), the rounds retried after a failure or skipped below quorum, the

@@ -242,10 +242,10 @@ TEST_CASE("streaming over comm::async (the exchanges really overlap the inner st
 
 TEST_CASE("encoded exchanges overlap too: the route runs the whole encoded all-reduce on the progress thread, "
           "with the blocking bits and bytes") {
-    // Streaming through bf16 and through int8 blocks with error feedback, and overlapped
-    // SPARTA through bf16: comm::async against comm::local, bit for bit, bytes by part equal.
+    // Streaming through bf16, through int8 blocks and through a top-k sparsifier with error
+    // feedback, and overlapped SPARTA through bf16: comm::async against comm::local, bit for bit, bytes by part equal.
     for (std::uint64_t tau : {1u, 4u}) {
-        for (int codec_kind = 0; codec_kind < 2; ++codec_kind) {
+        for (int codec_kind = 0; codec_kind < 3; ++codec_kind) {
             INFO("tau = ", tau, ", codec ", codec_kind);
             std::vector<exchange_stats> stats(2);
             std::vector<std::vector<float>> results[2];
@@ -267,10 +267,16 @@ TEST_CASE("encoded exchanges overlap too: the route runs the whole encoded all-r
                             diloco_engine<outer::nesterov, topology::all_reduce, float, host_space, C, codec::bf16> e(
                                 m.group, comm, o);
                             body(e);
-                        } else {
+                        } else if (codec_kind == 1) {
                             o.error_feedback = 1.0;
                             diloco_engine<outer::nesterov, topology::all_reduce, float, host_space, C, codec::int8_block>
                                 e(m.group, comm, o);
+                            body(e);
+                        } else { // a sparsifier (chunked top-k of sign2 values), error feedback on
+                            o.error_feedback = 1.0;
+                            using topk = codec::chunk_topk<codec::sign2_block>;
+                            diloco_engine<outer::nesterov, topology::all_reduce, float, host_space, C, topk> e(
+                                m.group, comm, o, {}, {}, topk{});
                             body(e);
                         }
                     };

@@ -896,6 +896,27 @@ def test_overlap_across_processes():
         db.step()
         assert db.stats.exchanges == (1 if step == 5 else 0), db.stats
     assert torch.equal(bits(b), bits(after_outer)), "the delayed outer step differs from the blocking one"
+    # What the library decided, as it says it: these exchanges run behind the steps.
+    assert s.overlap == {"sparse_steps": 1, "outer_steps": 0}, s.overlap
+    assert da.overlap == {"sparse_steps": 0, "outer_steps": 0}, da.overlap
+    assert db.overlap == {"sparse_steps": 0, "outer_steps": 2}, db.overlap
+    # An encoded outer gradient travels in flight too (the route runs the whole bf16
+    # all-reduce on the progress thread): the blocking bf16 run's bits and bytes.
+    e1 = torch.randn(n, generator=torch.Generator().manual_seed(20 + r))
+    e2 = e1.clone()
+    d1 = trickle.DiLoCo([e1], interval=4, outer="average", outer_codec="bf16")
+    d2 = trickle.DiLoCo([e2], interval=4, outer="average", outer_codec="bf16", overlap_steps=2)
+    assert d2.overlap == {"sparse_steps": 0, "outer_steps": 2}, d2.overlap
+    for step in range(4):
+        perturb([e1], step)
+        perturb([e2], step)
+        d1.step()
+        d2.step()
+    for step in range(4, 6):
+        perturb([e2], step)
+        d2.step()
+    assert torch.equal(bits(e2), bits(e1)), "the delayed bf16 outer step differs from the blocking one"
+    assert d2.stats.bytes_sent == d1.stats.bytes_sent and d2.stats.exchanges == 1, (d1.stats, d2.stats)
     # carry_local: the same late outer step lands plus the progress made while it travelled.
     c = torch.randn(n, generator=torch.Generator().manual_seed(10 + r))
     dc = trickle.DiLoCo([c], interval=4, outer="average", overlap_steps=2, carry_local=True)

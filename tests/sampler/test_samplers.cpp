@@ -198,6 +198,18 @@ TEST_CASE("block: aligned distinct blocks inside bounds, padding past a partial 
         CHECK(starts.size() == pos.size() / B); // distinct blocks
     }
     CHECK(saw_partial);
+    // p = 1 is every position, even with a last block less than half full (n = 2060 with
+    // blocks of 256: 8 full blocks and one of 12 positions; round(2060 / 256) is 8).
+    {
+        const test_layout small({1000, 1060});
+        const auto sel = s.select(small.context(3, 0, 0, 1.0));
+        CHECK(sel.count() == 9 * B);
+        CHECK(s.max_count(1.0, 2060) == 9 * B);
+        std::set<std::size_t> seen;
+        for (std::size_t q : positions(sel))
+            if (q < 2060) seen.insert(q);
+        CHECK(seen.size() == 2060);
+    }
     config_record ok, bad;
     s.describe(ok);
     CHECK(ok.error().empty());

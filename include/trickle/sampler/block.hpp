@@ -14,7 +14,7 @@ namespace sampler {
 
 // The flat index space is cut into blocks of block_size positions aligned at multiples
 // of block_size (the last block may be partial). Each exchange takes
-// m = round(p·n / block_size) distinct blocks (at least one), the first m of a
+// m = round(p·n / block_size) distinct blocks (at least one; every block for p = 1), the first m of a
 // permutation of the blocks keyed by (seed, step): the same randomness as uniform at
 // block granularity, with reads and writes that stream like a copy. Positions of a
 // partial last block beyond n travel as padding and are counted as sent.
@@ -75,6 +75,9 @@ struct block {
 private:
     std::size_t blocks_for(double p, std::size_t n) const {
         const std::size_t nblocks = (n + block_size - 1) / block_size;
+        // p = 1 is every position, the partial last block's included (round(n / block_size)
+        // alone would leave out a last block less than half full).
+        if (p >= 1.0) return nblocks;
         return detail::fraction_count(
             p * static_cast<double>(n) / (static_cast<double>(nblocks) * static_cast<double>(block_size)), nblocks);
     }

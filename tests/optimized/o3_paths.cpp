@@ -1,0 +1,137 @@
+// tests/optimized/o3_paths.cpp: the paths a user's optimized build instantiates, compiled at
+// -O3 -Wall -Wextra (-Werror in the presets and CI), with g++ here and with clang++ when it
+// is found (the o3_paths_clang test): the headers must stay warning-free where users build,
+// not only in the Debug build the other tests use. g++'s flow-sensitive warnings
+// (-Wmaybe-uninitialized, -Wstringop-overflow, -Wrestrict) appear only with optimization,
+// and they appeared in headers users include (a fused codec outer step's lane coder).
+//
+// It also runs: 3 workers (comm::local, and comm::async for the overlapped forms) train a
+// drifting model under each path and must end with identical replicas after an outer
+// step, and identical averaged positions; exit 1 names the path that did not.
+#include <trickle/comm/async.hpp>
+#include <trickle/trickle.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace {
+
+using namespace trickle;
+
+constexpr int workers = 3;
+constexpr std::size_t sizes[] = {700, 33, 256, 1031};
+
+struct model {
+    std::vector<std::vector<float>> ts;
+    param_group<float> group;
+    explicit model(int w) {
+        for (std::size_t k = 0; k < std::size(sizes); ++k) {
+            std::vector<float> v(sizes[k]);
+            for (std::size_t i = 0; i < v.size(); ++i)
+                v[i] = 0.2f * static_cast<float>(std::cos(0.05 * static_cast<double>(i + k))) + 0.01f * static_cast<float>(w);
+            ts.push_back(std::move(v));
+        }
+        for (std::size_t k = 0; k < ts.size(); ++k) group.add("t" + std::to_string(k), ts[k].data(), ts[k].size());
+    }
+    void train(int w, int t) {
+        std::size_t i = 0;
+        for (auto& v : ts)
+            for (float& x : v) x += 0.01f * static_cast<float>(std::sin(0.1 * static_cast<double>(i++) * (w + 1) + t));
+    }
+    std::vector<float> flat() const {
+        std::vector<float> out;
+        for (const auto& v : ts) out.insert(out.end(), v.begin(), v.end());
+        return out;
+    }
+};
+
+// Runs make(group, comm) on every worker for `steps` steps (over comm::async when
+// `overlapped`) and says whether the replicas ended bit-identical.
+template <class Make>
+bool replicas_agree(int steps, bool overlapped, Make make) {
+    std::vector<std::vector<float>> out(workers);
+    comm::run_local(workers, [&](comm::local& c) {
+        model m(c.rank());
+        const auto go = [&](auto& on) {
+            auto alg = make(m.group, on);
+            for (int t = 0; t < steps; ++t) {
+                m.train(c.rank(), t);
+                alg.step(exec::host{});
+            }
+            if constexpr (requires { alg.flush(); }) alg.flush();
+        };
+        if (overlapped) {
+            comm::async<comm::local> a(c);
+            go(a);
+        } else {
+            go(c);
+        }
+        out[static_cast<std::size_t>(c.rank())] = m.flat();
+    });
+    for (int r = 1; r < workers; ++r)
+        if (std::memcmp(out[static_cast<std::size_t>(r)].data(), out[0].data(), out[0].size() * sizeof(float)) != 0)
+            return false;
+    return true;
+}
+
+} // namespace
+
+int main() {
+    int failed = 0;
+    const auto check = [&](const char* name, bool ok) {
+        std::printf("%-60s %s\n", name, ok ? "ok" : "REPLICAS DIFFER");
+        failed += ok ? 0 : 1;
+    };
+    // DiLoCo, the fused host outer step through each codec family (element, block, lane
+    // emulation of fp8 blocks), 8 steps with H = 4: the replicas agree after the last.
+    check("diloco fp8_block (fused, lanes)", replicas_agree(8, false, [](const param_group<float>& g, auto& c) {
+              return diloco<outer::nesterov, topology::all_reduce, codec::fp8_block>(g, c, {.interval = 4});
+          }));
+    check("diloco int8_block + error feedback", replicas_agree(8, false, [](const param_group<float>& g, auto& c) {
+              return diloco<outer::adam, topology::all_reduce, codec::int8_block>(
+                  g, c, {.interval = 4, .error_feedback = 1.0});
+          }));
+    check("diloco bf16 through a ring (the codec's link)", replicas_agree(8, false, [](const param_group<float>& g, auto& c) {
+              return diloco<outer::nesterov, topology::ring, codec::bf16>(g, c, {.interval = 4});
+          }));
+    check("diloco top-k sparsifier", replicas_agree(8, false, [](const param_group<float>& g, auto& c) {
+              using topk = codec::chunk_topk<codec::sign2_block>;
+              return diloco<outer::nesterov, topology::all_reduce, topk>(g, c, {.interval = 4}, {}, {}, topk{});
+          }));
+    check("diloco pruned, robust (trimmed mean)", replicas_agree(8, false, [](const param_group<float>& g, auto& c) {
+              diloco_options o{.interval = 4};
+              o.prune_fraction = 0.25;
+              o.aggregate = aggregate::parse("trimmed:1");
+              return diloco<outer::nesterov>(g, c, o);
+          }));
+    // The delayed outer step, encoded and overlapped (the route's flight on the progress
+    // thread): H = 4, tau = 3, outer steps after steps 3, 7, 11 landing after 6, 10, 14; the
+    // 11th step (index 10) lands one, and the parameters become the global ones.
+    check("streaming int8_block over comm::async (tau 3)", replicas_agree(11, true, [](const param_group<float>& g, auto& c) {
+              diloco_options o{.interval = 4};
+              o.overlap_steps = 3;
+              return diloco<outer::nesterov, topology::all_reduce, codec::int8_block>(g, c, o);
+          }));
+    // SPARTA through codecs and samplers, blocking and overlapped: every position of the
+    // last exchange is averaged, so with fraction 1 the replicas agree.
+    check("sparta bf16, uniform, fraction 1", replicas_agree(5, false, [](const param_group<float>& g, auto& c) {
+              return sparta<sampler::uniform, schedule::constant, topology::all_reduce, codec::bf16>(
+                  g, c, {.fraction = 1.0, .seed = 2});
+          }));
+    check("sparta int4_block, block sampler, fraction 1", replicas_agree(5, false, [](const param_group<float>& g, auto& c) {
+              return sparta<sampler::block, schedule::constant, topology::all_reduce, codec::int4_block>(
+                  g, c, {.fraction = 1.0, .seed = 2}, sampler::block{.block_size = 32});
+          }));
+    check("sparta overlapped, fp16, over comm::async", replicas_agree(5, true, [](const param_group<float>& g, auto& c) {
+              return sparta<sampler::permutation, schedule::constant, topology::all_reduce, codec::fp16>(
+                  g, c, {.fraction = 1.0, .seed = 2, .overlap = true});
+          }));
+    check("sparta_diloco (H = 4)", replicas_agree(8, false, [](const param_group<float>& g, auto& c) {
+              return sparta_diloco<>(g, c, {.fraction = 0.05, .seed = 2}, {.interval = 4, .seed = 2});
+          }));
+    check("ddp", replicas_agree(3, false, [](const param_group<float>& g, auto& c) { return ddp(g, c); }));
+    return failed == 0 ? 0 : 1;
+}
