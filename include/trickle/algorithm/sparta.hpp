@@ -357,8 +357,11 @@ private:
     void describe_state() {
         auto& rs = this->replica_;
         detail::add_stats_sections(rs, stats_, detail::sent | detail::hashed, nullptr, [this] {
-            if constexpr (on_device)
+            if constexpr (on_device) {
                 if (rekeyed_) copy_elements<cuda_space, host_space>(device_step_.data(), &stats_.steps, 1, ex_);
+            } else {
+                (void)this; // (the capture is for the device's branch)
+            }
         });
         rs.add(detail::replica_state::section{
             "sampler", detail::saved | detail::sent | detail::hashed | detail::backed_up, [this] { return sampler_bytes(sampler_); },

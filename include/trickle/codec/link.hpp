@@ -107,7 +107,7 @@ public:
         if (m == 0) return;
         with_codec([&](const auto& c) {
             using C = std::remove_cvref_t<decltype(c)>;
-            for_each_index(ex, layout(c, m).blocks, decode_slots_body<C>{c, layout(c, m), bytes(in_), recv});
+            for_each_index(ex, layout(c, m).blocks, decode_slots_body<C>{c, layout(c, m), bytes(in_), {recv}});
         });
     }
 
@@ -147,13 +147,13 @@ private:
                 const philox_words words = detail::rounding_words(how_, rank_);
                 for_each_index(ex, at.blocks, encode_slots_body<C, philox_words>{c, at, buf, residual, beta_, out, words});
             } else {
-                for_each_index(ex, at.blocks, encode_slots_body<C>{c, at, buf, residual, beta_, out, {}});
+                for_each_index(ex, at.blocks, encode_slots_body<C>{c, at, {buf}, residual, beta_, out, {}});
             }
         } else {
             if (stochastic) detail::no_stochastic_rounding<C>();
-            for_each_index(ex, at.blocks, encode_slots_body<C>{c, at, buf, residual, beta_, out, {}});
+            for_each_index(ex, at.blocks, encode_slots_body<C>{c, at, {buf}, residual, beta_, out, {}});
         }
-        for_each_index(ex, at.blocks, decode_slots_body<C>{c, at, out, buf});
+        for_each_index(ex, at.blocks, decode_slots_body<C>{c, at, out, {buf}});
     }
 
     Codec codec_{};
