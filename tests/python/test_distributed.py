@@ -75,12 +75,12 @@ def all_reduce_bytes(n: int, ranks: int, r: int, elem: int = 4) -> int:
 def exchange_bytes(n: int, ranks: int, r: int) -> int:
     """What comm::process_group's all_reduce_sum of n floats sends from rank r
     (include/trickle/torch/process_group.hpp): one all-gather, (N-1) n values, while that
-    sends at most 64 KiB more than the ring all-reduce (always for two ranks) and the buffer
+    sends at most 4 KiB more than the ring all-reduce (always for two ranks) and the buffer
     is at most 1 MiB; else the
     ring's reduce-scatter and all-gather (all_reduce_bytes)."""
     if ranks <= 1 or n == 0:
         return 0
-    if 4 * n <= (1 << 20) and (ranks <= 2 or (ranks - 1) * (ranks - 2) * 4 * n <= ranks * 64 * 1024):
+    if 4 * n <= (1 << 20) and (ranks <= 2 or (ranks - 1) * (ranks - 2) * 4 * n <= ranks * 4 * 1024):
         return (ranks - 1) * n * 4
     return all_reduce_bytes(n, ranks, r)
 
