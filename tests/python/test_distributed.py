@@ -916,7 +916,11 @@ def test_overlap_across_processes():
         perturb([e2], step)
         d2.step()
     assert torch.equal(bits(e2), bits(e1)), "the delayed bf16 outer step differs from the blocking one"
-    assert d2.stats.bytes_sent == d1.stats.bytes_sent and d2.stats.exchanges == 1, (d1.stats, d2.stats)
+    # The same codes; the blocking whole-group round also sends its 16-byte report to the
+    # N - 1 others first (who takes part: a non-finite outer gradient is excluded), which the
+    # one-fragment in-flight round does without.
+    assert d2.stats.code_bytes_sent == d1.stats.code_bytes_sent and d2.stats.exchanges == 1, (d1.stats, d2.stats)
+    assert d1.stats.bytes_sent - d2.stats.bytes_sent == 16 * (N - 1), (d1.stats, d2.stats)
     # carry_local: the same late outer step lands plus the progress made while it travelled.
     c = torch.randn(n, generator=torch.Generator().manual_seed(10 + r))
     dc = trickle.DiLoCo([c], interval=4, outer="average", overlap_steps=2, carry_local=True)

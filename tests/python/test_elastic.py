@@ -9,7 +9,6 @@ outer step. At the end the three workers hold the same parameters, bit for bit, 
 membership says one left and one joined. Bad arguments are refused before anything runs.
 """
 
-import datetime
 import os
 import signal
 import subprocess
@@ -24,14 +23,23 @@ import trickle
 STEPS, INTERVAL, KILL_AT, HOLD_AT = 50, 5, 12, 25
 
 
+def wait_for_join_request(store) -> None:
+    """Holds a member until the restarted worker has queued its join request (the store's
+    "<job>/j/n" counter, job "trickle"): the restart first waits up to `liveness` for its
+    old incarnation's heartbeat to stay still, and the members would otherwise finish
+    their remaining steps before it asks."""
+    deadline = time.time() + 60
+    while store.add("trickle/j/n", 0) < 1:
+        assert time.time() < deadline, "the restarted worker queued no join request within 60 s"
+        time.sleep(0.01)
+
+
 def worker(port: int, wid: int, out: str, kill: bool) -> int:
     store = trickle.connect_store("127.0.0.1", port)
     torch.manual_seed(0)
     model = torch.nn.Linear(16, 4)
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     el = trickle.Elastic(store, id=wid, initial=3, timeout=5.0, liveness=1.0)
-    if wid == 2 and not kill:
-        store.set("test/joiner", "1")  # the restarted worker is about to queue its join
     diloco = trickle.DiLoCo(model, interval=INTERVAL, outer="nesterov", seed=3, elastic=el)
     g = torch.Generator().manual_seed(100 + wid)
     start = diloco.stats.steps
@@ -40,7 +48,7 @@ def worker(port: int, wid: int, out: str, kill: bool) -> int:
             sys.stdout.flush()
             os.kill(os.getpid(), signal.SIGKILL)
         if t == HOLD_AT and wid != 2:
-            store.wait(["test/joiner"], datetime.timedelta(seconds=60))
+            wait_for_join_request(store)
         x = torch.randn(8, 16, generator=g)
         loss = (model(x) - x[:, :4]).pow(2).mean()
         opt.zero_grad()
