@@ -50,13 +50,17 @@ struct outer_pass {
         return outer_update_body<T, Rule>{params, snapshot, state, dense_wire<float>{buf}, rule, 1.0f, buf + n, first};
     }
 
-    // Runs a body over the pass's n elements on the step's execution space.
+    // Runs a body over the pass's n elements on the step's execution space (through the
+    // vector agents where there is a tile table and the body has one on this space).
     template <class Exec, class Body>
     void run(const Exec& ex, const Body& body) const {
-        if (tile_seg != nullptr)
-            stream_pass(ex, params, tile_seg, first, n, body);
-        else
-            run_ranges(ex, n, body);
+        if constexpr (streams_on<Exec, Body>) {
+            if (tile_seg != nullptr) {
+                stream_pass(ex, params, tile_seg, first, n, body);
+                return;
+            }
+        }
+        run_ranges(ex, n, body);
     }
 
     // Inside a host codec's passes (codec::encoded_all_reduce_tiled): values [i0, i0 + m)

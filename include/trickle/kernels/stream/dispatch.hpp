@@ -20,6 +20,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 TRICKLE_NAMESPACE_BEGIN
 
@@ -36,6 +37,12 @@ void stream_pass(const Exec& ex, const flat_view<T>&, const std::uint32_t*, std:
     const auto r = ranges<typename Exec::memory_space>(body, count);
     for_each_index(ex, r.calls(), r);
 }
+
+// Whether stream_pass runs Body on Exec: any body on a host space; on the device, a body
+// with a vector agent (agent.hpp's device_piece). A caller that may hold another body runs
+// it as ranges instead.
+template <class Exec, class Body>
+inline constexpr bool streams_on = !std::is_same_v<Exec, exec::cuda> || requires(const Body& b) { device_piece(b); };
 
 #if TRICKLE_CUDA_COMPILER
 
