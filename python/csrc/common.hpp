@@ -807,12 +807,23 @@ inline std::unique_ptr<bound_algorithm> bind_group(std::string kind, process_gro
 // while the (collective) construction runs.
 std::unique_ptr<bound_algorithm> make_sparta(process_group_ptr pg, const named_tensors& params, const py::dict& opts);
 std::unique_ptr<bound_algorithm> make_diloco(process_group_ptr pg, const named_tensors& params, const py::dict& opts);
-// DiLoCo over comm::elastic_group (elastic.cpp): the view in `store`, this worker's id.
-std::unique_ptr<bound_algorithm> make_diloco_elastic(store_ptr store, int id, int initial, std::int64_t timeout_ms,
-                                                     std::int64_t liveness_ms, const std::string& job,
-                                                     std::int64_t start_timeout_ms, std::int64_t join_timeout_ms,
-                                                     const std::string& hostname, const named_tensors& params,
-                                                     const py::dict& opts);
+// An algorithm over comm::elastic_group (elastic.cpp): `kind` "SPARTA", "DiLoCo" or
+// "SPARTADiLoCo"; the view in `store`, this worker's id, the group's options.
+std::unique_ptr<bound_algorithm> make_elastic(const std::string& kind, store_ptr store, int id, int initial,
+                                              std::int64_t timeout_ms, std::int64_t liveness_ms, const std::string& job,
+                                              std::int64_t start_timeout_ms, std::int64_t join_timeout_ms,
+                                              const std::string& hostname, const std::string& carry_name,
+                                              py::object carry_save, py::object carry_load,
+                                              const named_tensors& params, const py::dict& opts);
+// Their engines over the elastic group, each in its own file so that they compile in
+// parallel: SPARTA (elastic_sparta.cpp, one instantiation per sampler) and SPARTA + DiLoCo
+// with the outer gradient through a codec (elastic_sparta_diloco.cpp, one per (sampler,
+// outer optimizer)).
+std::unique_ptr<algorithm_base> sparta_on_elastic(trickle::comm::elastic_group& comm, const named_tensors& params,
+                                                  const sparta_config& c, const trickle::topology::any& topology);
+std::unique_ptr<algorithm_base> sparta_diloco_on_elastic(trickle::comm::elastic_group& comm,
+                                                         const named_tensors& params, const sparta_config& sc,
+                                                         const diloco_config& c);
 std::unique_ptr<bound_algorithm> make_sparta_diloco(process_group_ptr pg, const named_tensors& params,
                                                     const py::dict& opts);
 // The dense baseline (ddp.cpp): every parameter averaged every `interval` steps.

@@ -176,7 +176,7 @@ class HookHandle:
         """Removes the hook."""
 
 class Elastic:
-    """An elastic DiLoCo worker's place: the store holding the view, this worker's stable id (>= 0), how many workers form the first epoch, the timeout in seconds, the job name (a prefix of the store's keys) and liveness in seconds (0: off). See trickle/_elastic.py and docs/elastic.md."""
+    """An elastic worker's place (SPARTA, DiLoCo or SPARTADiLoCo with elastic=): the store holding the view, this worker's stable id (>= 0), how many workers form the first epoch, the timeout in seconds, the job name (a prefix of the store's keys), liveness in seconds (0: off), and carry, the trainer's state (an optimizer, or a mapping of names to objects with state_dict()) a joiner takes from a live worker. See trickle/_elastic.py and docs/elastic.md."""
 
     store: Store
     id: int
@@ -187,9 +187,10 @@ class Elastic:
     start_timeout: float
     join_timeout: float
     hostname: str
+    carry: Any
     def __init__(self, store: Store, id: int, initial: int, timeout: float = 10.0, job: str = "trickle",
                  liveness: float = 0.0, start_timeout: float = 300.0, join_timeout: float = 600.0,
-                 hostname: str = "") -> None:
+                 hostname: str = "", carry: Any = None) -> None:
         """Checks the arguments (TypeError / ValueError) and keeps them."""
 
 def build_info() -> Dict[str, Any]:
@@ -262,6 +263,8 @@ class SPARTA(_Algorithm):
       warmup_start_fraction=0.05: where the warm-up starts
       codec='fp32': SPARTA's values on the wire: fp32 | bf16 | fp16 | fp8_e4m3 | fp8_e5m2 | fp8_block | int8 | int4 | sign2 | native
       overlap=False: SPARTA: the exchange of step t travels during step t + 1 and is applied then, corrected for the local change (fp32 with the all_reduce topology travels on trickle's progress thread; CPU parameters)
+      elastic=None: a trickle.Elastic instead of group: workers are processes that may die and join
+      min_workers=1: with elastic: the quorum; with fewer workers in the view an exchange (an outer step) is skipped and the step trains locally
       seed=0: shared seed of the random choices (the same on every worker)
       topology='all_reduce': how values are combined: all_reduce | ring | gossip | exponential | islands
       island_size=2: islands topology: workers per island
@@ -271,7 +274,7 @@ class SPARTA(_Algorithm):
       group=None: the torch.distributed process group (None: the default group)
 
     Methods: step(), add_hook(fn, every=1), state_dict(), load_state_dict(state).
-    Properties: stats, group_stats, groups, options, group, rank, world_size.
+    Properties: stats, group_stats, groups, options, group, rank, world_size, membership.
     """
 
     def __init__(
@@ -291,6 +294,8 @@ class SPARTA(_Algorithm):
         warmup_start_fraction: float = 0.05,
         codec: CodecName = 'fp32',
         overlap: bool = False,
+        elastic: Optional[Elastic] = None,
+        min_workers: int = 1,
         seed: int = 0,
         topology: TopologyName = 'all_reduce',
         island_size: int = 2,
@@ -342,7 +347,7 @@ class DiLoCo(_Algorithm):
       state_in_pinned_host=False: CUDA parameters: keep the snapshot and the outer optimizer's state in pinned host memory instead of on the GPU (large models)
       aggregate='mean': how the outer step combines the contributions: mean | trimmed:K | median | clip:TAU (robust rules need topology='all_reduce', outer_codec='fp32', no streaming; a non-finite worker is excluded under any)
       elastic=None: a trickle.Elastic instead of group: workers are processes that may die and join
-      min_workers=1: with elastic: the quorum below which outer steps are skipped
+      min_workers=1: with elastic: the quorum; with fewer workers in the view an exchange (an outer step) is skipped and the step trains locally
       seed=0: shared seed of the random choices (the same on every worker)
       topology='all_reduce': how values are combined: all_reduce | ring | gossip | exponential | islands
       island_size=2: islands topology: workers per island
@@ -455,6 +460,8 @@ class SPARTADiLoCo(_Algorithm):
       carry_local=False: Streaming DiLoCo: a late average lands plus this worker's progress since its exchange began (no inner step lost, however large overlap_steps; needs overlap_steps > 0 and mix = 0)
       state_in_pinned_host=False: CUDA parameters: keep the snapshot and the outer optimizer's state in pinned host memory instead of on the GPU (large models)
       aggregate='mean': how the outer step combines the contributions: mean | trimmed:K | median | clip:TAU (robust rules need topology='all_reduce', outer_codec='fp32', no streaming; a non-finite worker is excluded under any)
+      elastic=None: a trickle.Elastic instead of group: workers are processes that may die and join
+      min_workers=1: with elastic: the quorum; with fewer workers in the view an exchange (an outer step) is skipped and the step trains locally
       seed=0: shared seed of the random choices (the same on every worker)
       topology='all_reduce': how values are combined: all_reduce | ring | gossip | exponential | islands
       island_size=2: islands topology: workers per island
@@ -465,7 +472,7 @@ class SPARTADiLoCo(_Algorithm):
 
     Methods: step(), add_hook(fn, every=1), set_weight(w), state_dict(), load_state_dict(state).
     Properties: stats, sparse_stats, outer_stats, group_stats, sparse_group_stats,
-    outer_group_stats, groups, options, group, rank, world_size, aggregation,
+    outer_group_stats, groups, options, group, rank, world_size, membership, aggregation,
     group_aggregation.
     """
 
@@ -514,6 +521,8 @@ class SPARTADiLoCo(_Algorithm):
         carry_local: bool = False,
         state_in_pinned_host: bool = False,
         aggregate: str = 'mean',
+        elastic: Optional[Elastic] = None,
+        min_workers: int = 1,
         seed: int = 0,
         topology: TopologyName = 'all_reduce',
         island_size: int = 2,

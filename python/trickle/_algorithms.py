@@ -136,7 +136,7 @@ _DILOCO = {
     "aggregate": "mean",
 }
 
-# DiLoCo across processes whose membership changes (trickle.Elastic; _elastic.py).
+# Workers that are processes whose membership changes (trickle.Elastic; _elastic.py).
 _ELASTIC = {
     "elastic": None,
     "min_workers": 1,
@@ -150,9 +150,9 @@ _DDP = {
 }
 
 _DEFAULTS = {
-    "SPARTA": {**_SPARTA, **_COMMON},
+    "SPARTA": {**_SPARTA, **_ELASTIC, **_COMMON},
     "DiLoCo": {**_DILOCO, **_ELASTIC, **_COMMON},
-    "SPARTADiLoCo": {**_SPARTA, "sparta_interval": 1, **_DILOCO, **_COMMON},
+    "SPARTADiLoCo": {**_SPARTA, "sparta_interval": 1, **_DILOCO, **_ELASTIC, **_COMMON},
     "DDP": _DDP,
 }
 
@@ -210,7 +210,8 @@ _OPTION_DOCS = {
     "aggregate": "how the outer step combines the contributions: mean | trimmed:K | median | clip:TAU (robust "
     "rules need topology='all_reduce', outer_codec='fp32', no streaming; a non-finite worker is excluded under any)",
     "elastic": "a trickle.Elastic instead of group: workers are processes that may die and join",
-    "min_workers": "with elastic: the quorum below which outer steps are skipped",
+    "min_workers": "with elastic: the quorum; with fewer workers in the view an exchange (an outer step) is skipped "
+    "and the step trains locally",
     "seed": "shared seed of the random choices (the same on every worker)",
     "topology": "how values are combined: " + " | ".join(TOPOLOGIES),
     "island_size": "islands topology: workers per island",
@@ -390,7 +391,7 @@ def _parse_options(kind: str, given: Dict[str, Any]) -> Dict[str, Any]:
         except ValueError as e:
             raise ValueError(f"trickle.{kind}: {e}") from None
         out["aggregate"] = agg
-    if kind == "DiLoCo":
+    if "min_workers" in defaults:
         out["min_workers"] = _int(kind, "min_workers", o["min_workers"], lo=-(1 << 31), hi=(1 << 31) - 1)
         if given.get("elastic") is None and out["min_workers"] != 1:
             raise ValueError(f"trickle.{kind}: min_workers (the quorum) applies with elastic= only")
@@ -584,9 +585,6 @@ class _Algorithm:
         from ._elastic import Elastic
 
         kind = self._kind
-        if kind != "DiLoCo":
-            raise TypeError(f"trickle.{kind}: elastic= is offered by trickle.DiLoCo in this version (from C++, "
-                            "SPARTA and SPARTA + DiLoCo run over comm::elastic_group too)")
         el = options["elastic"]
         if not isinstance(el, Elastic):
             raise TypeError(f"trickle.{kind}: elastic must be a trickle.Elastic, got {type(el).__name__}")
@@ -601,9 +599,13 @@ class _Algorithm:
         self._group = None
         self._elastic = el  # keeps the store alive as long as this object
         self._options = opts
-        self._impl = _C.diloco_elastic(el.store, el.id, el.initial, int(round(el.timeout * 1000)),
-                                       int(round(el.liveness * 1000)), el.job, int(round(el.start_timeout * 1000)),
-                                       int(round(el.join_timeout * 1000)), el.hostname, params, opts)
+        from ._elastic import _carried
+
+        carry_name, carry_save, carry_load = _carried(el.carry)
+        self._impl = _C.elastic(kind, el.store, el.id, el.initial, int(round(el.timeout * 1000)),
+                                int(round(el.liveness * 1000)), el.job, int(round(el.start_timeout * 1000)),
+                                int(round(el.join_timeout * 1000)), el.hostname, carry_name, carry_save, carry_load,
+                                params, opts)
         _LIVE.add(self)
 
     # -- collective operations --
@@ -828,7 +830,7 @@ class SPARTA(_Algorithm):
 {options}
 
     Methods: step(), add_hook(fn, every=1), state_dict(), load_state_dict(state).
-    Properties: stats, group_stats, groups, options, group, rank, world_size.
+    Properties: stats, group_stats, groups, options, group, rank, world_size, membership.
     """
 
     _kind = "SPARTA"
@@ -876,7 +878,7 @@ class SPARTADiLoCo(_OuterMixin, _Algorithm):
 
     Methods: step(), add_hook(fn, every=1), set_weight(w), state_dict(), load_state_dict(state).
     Properties: stats, sparse_stats, outer_stats, group_stats, sparse_group_stats,
-    outer_group_stats, groups, options, group, rank, world_size, aggregation,
+    outer_group_stats, groups, options, group, rank, world_size, membership, aggregation,
     group_aggregation.
     """
 

@@ -1,4 +1,5 @@
-"""trickle.Elastic: where an elastic DiLoCo worker finds its view, and trickle.connect_store.
+"""trickle.Elastic: where an elastic worker (trickle.SPARTA, DiLoCo or SPARTADiLoCo with
+elastic=) finds its view, and trickle.connect_store.
 
 An elastic worker is one process with a stable id. The view (which workers take part, in
 which epoch) lives in a torch.distributed store that outlives every worker: a TCPStore
@@ -16,8 +17,11 @@ it joins, receives the state from a live worker (hash-checked) and trains on.
 from __future__ import annotations
 
 import datetime
+import io
 import numbers
+from collections.abc import Mapping
 
+import torch
 import torch.distributed as dist
 
 from ._errors import CommError
@@ -43,31 +47,41 @@ def connect_store(host: str, port: int, timeout: float = 30.0) -> "dist.Store":
 
 
 class Elastic:
-    """An elastic DiLoCo worker's place: the store holding the view, this worker's stable
-    id (>= 0), how many workers form the first epoch (ids 0 .. initial-1, the same on every
-    worker), the timeout in seconds (how long a collective waits for a peer and a renewal
-    for the view's members), the job name (a prefix of the store's keys), and liveness in
-    seconds (0: off; otherwise each worker beats a counter in the store and a renewal stops
-    waiting for a member whose counter has not moved for that long, so a killed worker is
-    dropped after about `liveness` rather than the timeout; needs a TCPStore; a process
-    started with the id of a live worker is then refused with ValueError).
+    """An elastic worker's place (trickle.SPARTA, DiLoCo or SPARTADiLoCo with elastic=): the
+    store holding the view, this worker's stable id (>= 0), how many workers form the first
+    epoch (ids 0 .. initial-1, the same on every worker), the timeout in seconds (how long a
+    collective waits for a peer and a renewal for the view's members), the job name (a
+    prefix of the store's keys), and liveness in seconds (0: off; otherwise each worker
+    beats a counter in the store and a renewal stops waiting for a member whose counter has
+    not moved for that long, so a killed worker is dropped after about `liveness` rather
+    than the timeout; needs a TCPStore; a process started with the id of a live worker is
+    then refused with ValueError).
 
     Every other wait is bounded too: `start_timeout` (seconds, default 300), how long the
     first members wait for each other before the first epoch (then CommError naming the ids
     that never started); `join_timeout` (default 600), how long a joiner waits to be
-    admitted (the members admit it at their next outer step; then CommError). `hostname`:
-    the address Gloo listens on, which the other machines must reach ("" : this machine's
-    hostname).
+    admitted (the members admit it at their next round: an outer step, or a SPARTA
+    exchange; then CommError). `hostname`: the address Gloo listens on, which the other
+    machines must reach ("" : this machine's hostname).
+
+    `carry`: the trainer's own state that a joiner takes from a live worker together with
+    the algorithm's (None: nothing): an object with state_dict() and load_state_dict(), such
+    as the torch.optim optimizer (its moments), a learning-rate scheduler, or a mapping of
+    names to such objects. The donor's state_dict() travels (torch.save'd) and the joiner
+    loads it before its first step, so its optimizer resumes with the members' moments
+    instead of zeros. Pass the same kind of object on every worker: a joiner that carries
+    another (the class names are compared), or none where the members carry one, is
+    refused, naming both.
 
     A process whose id is below `initial` and that is the first with that id is a member
     from the start; any other process (a new id, or a restart) joins at the members' next
-    outer step. After a worker is dropped (its DiLoCo object raised CommError), it rejoins
-    by building a new DiLoCo with the same id; nothing rejoins by itself. Shard the data by
-    id, not by rank: ranks change with the view."""
+    round. After a worker is dropped (its algorithm object raised CommError), it rejoins by
+    building the algorithm again with the same id; nothing rejoins by itself. Shard the
+    data by id, not by rank: ranks change with the view."""
 
     def __init__(self, store, id: int, initial: int, timeout: float = 10.0, job: str = "trickle",
                  liveness: float = 0.0, start_timeout: float = 300.0, join_timeout: float = 600.0,
-                 hostname: str = ""):
+                 hostname: str = "", carry=None):
         """Checks the arguments (TypeError / ValueError) and keeps them."""
         if not isinstance(store, dist.Store):
             raise TypeError(f"trickle.Elastic: store must be a torch.distributed.Store (e.g. trickle.connect_store("
@@ -89,6 +103,7 @@ class Elastic:
             raise TypeError(f"trickle.Elastic: hostname must be a string, got {type(hostname).__name__}")
         if not isinstance(job, str) or not job or "/" in job:
             raise ValueError(f"trickle.Elastic: job must be a non-empty name without '/', got {job!r}")
+        _carried(carry)  # checks it
         self.store = store
         self.id = int(id)
         self.initial = int(initial)
@@ -98,8 +113,46 @@ class Elastic:
         self.start_timeout = float(start_timeout)
         self.join_timeout = float(join_timeout)
         self.hostname = hostname
+        self.carry = carry
 
     def __repr__(self):
         return (f"trickle.Elastic(id={self.id}, initial={self.initial}, timeout={self.timeout}, job={self.job!r}, "
                 f"liveness={self.liveness}, start_timeout={self.start_timeout}, join_timeout={self.join_timeout}, "
-                f"hostname={self.hostname!r})")
+                f"hostname={self.hostname!r}, carry={_carried(self.carry)[0] or None!r})")
+
+
+def _stateful(obj) -> bool:
+    return callable(getattr(obj, "state_dict", None)) and callable(getattr(obj, "load_state_dict", None))
+
+
+def _carried(carry):
+    """(name, save, load) of Elastic's `carry`: the name the members compare (class names,
+    with their keys for a mapping), save() -> bytes on the donor, load(bytes) on a joiner;
+    ("", None, None) for None. Raises TypeError for anything else."""
+    if carry is None:
+        return "", None, None
+    if isinstance(carry, Mapping):
+        items = list(carry.items())
+        if not items or not all(isinstance(k, str) and k for k, _ in items):
+            raise TypeError("trickle.Elastic: carry, as a mapping, must map non-empty names to objects with "
+                            "state_dict() and load_state_dict()")
+    else:
+        items = [("", carry)]
+    for k, obj in items:
+        if not _stateful(obj):
+            raise TypeError(f"trickle.Elastic: carry{'[' + repr(k) + ']' if k else ''} must have state_dict() and "
+                            f"load_state_dict() (a torch.optim optimizer, an lr scheduler, ...), got "
+                            f"{type(obj).__name__}")
+    name = ",".join((f"{k}=" if k else "") + f"{type(o).__module__}.{type(o).__qualname__}" for k, o in items)
+
+    def save() -> bytes:
+        buf = io.BytesIO()
+        torch.save({k: o.state_dict() for k, o in items}, buf)
+        return buf.getvalue()
+
+    def load(data: bytes) -> None:
+        state = torch.load(io.BytesIO(data))
+        for k, o in items:
+            o.load_state_dict(state[k])
+
+    return name, save, load

@@ -18,6 +18,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 using namespace trickle;
@@ -563,6 +564,81 @@ TEST_CASE("DiLoCo: a joiner with another configuration, or a damaged transfer, i
             INFO("worker " << id);
             CHECK(bitwise_equal(o.params.at(id), ref.params.at(id)));
         }
+    }
+}
+
+TEST_CASE("a joiner takes the donor's trainer state (comm::trainer_state); one that carries another, or none, is "
+          "refused naming it") {
+    // Each worker's trainer state: a string standing for its optimizer's moments.
+    std::mutex mu;
+    std::map<int, std::string> held;
+    std::map<int, int> loads;
+    // `joiner`: the name the joiner carries ("": none); `fail_load`: its load() throws.
+    const auto maker = [&](std::string joiner, bool fail_load) {
+        return [&, joiner, fail_load](const param_group<float>& g, comm::elastic_local& c, bool join) {
+            const int id = c.id();
+            {
+                std::lock_guard lock(mu);
+                held[id] = join ? std::string("fresh") : detail::concat("moments of worker ", id);
+            }
+            const std::string name = join ? joiner : std::string("optimizer");
+            if (!name.empty())
+                c.carry_trainer_state({name,
+                                       [&, id] {
+                                           std::lock_guard lock(mu);
+                                           return held[id];
+                                       },
+                                       [&, id, fail_load](const std::string& b) {
+                                           if (fail_load) throw std::runtime_error("no such parameter group");
+                                           std::lock_guard lock(mu);
+                                           held[id] = b;
+                                           ++loads[id];
+                                       }});
+            return make_diloco(g, c, join);
+        };
+    };
+    plan p;
+    p.fail_at[3] = 5;
+    p.join_at[3] = 9;
+    const outcome ref = run_scenario(p, make_diloco);
+    SUBCASE("the same name: the joiner holds the donor's (rank 0's) state, the run is unchanged") {
+        const outcome o = run_scenario(p, maker("optimizer", false));
+        CHECK(o.errors.empty());
+        CHECK(held.at(3) == "moments of worker 0");
+        CHECK(loads[3] == 1);
+        for (int id = 0; id < 3; ++id) CHECK(held.at(id) == detail::concat("moments of worker ", id));
+        for (int id = 0; id < 4; ++id) {
+            INFO("worker " << id);
+            CHECK(bitwise_equal(o.params.at(id), ref.params.at(id)));
+        }
+        // The trainer state's bytes (a flag byte, their CRC-32C and the text) are counted with the state's.
+        CHECK(o.membership.at(3).state_bytes == ref.membership.at(3).state_bytes + 5 + held.at(3).size());
+    }
+    SUBCASE("another name, none, or a load that fails: refused, the members unaffected") {
+        for (const auto& [name, fail, expect] :
+             {std::tuple<std::string, bool, std::string>{"adam", false, "trainer_state"},
+              std::tuple<std::string, bool, std::string>{"", false, "trainer_state"},
+              std::tuple<std::string, bool, std::string>{"optimizer", true, "could not be loaded: no such parameter group"}}) {
+            INFO("joiner carries '" << name << "'" << (fail ? ", its load throws" : ""));
+            const outcome o = run_scenario(p, maker(name, fail));
+            REQUIRE(o.errors.count(3) == 1);
+            CHECK(o.errors.at(3).find("join refused") != std::string::npos);
+            CHECK(o.errors.at(3).find(expect) != std::string::npos);
+            if (!name.empty() && !fail) CHECK(o.errors.at(3).find("adam") != std::string::npos);
+            for (int id = 0; id < 3; ++id) {
+                INFO("worker " << id);
+                CHECK(o.membership.at(id).joins_refused == 1);
+            }
+        }
+    }
+    SUBCASE("bad arguments are refused") {
+        comm::elastic_local_world world(1, 1000ms, 1);
+        comm::elastic_local c = world.worker(0);
+        CHECK_THROWS_WITH_AS(c.carry_trainer_state({"", [] { return std::string(); }, [](const std::string&) {}}),
+                             doctest::Contains("non-empty line"), invalid_argument);
+        CHECK_THROWS_WITH_AS(c.carry_trainer_state({"x", {}, [](const std::string&) {}}),
+                             doctest::Contains("save and load must both be set"), invalid_argument);
+        CHECK(c.carried_trainer_state() == nullptr);
     }
 }
 

@@ -5,7 +5,8 @@
 # GPU or a CUDA build), test_elastic.py (3 processes over trickle.Elastic,
 # one killed with SIGKILL and restarted), test_peer_failure.py (2 processes, one leaves)
 # the examples examples/python/train.py and train_gpt.py (4 workers, each algorithm, and
-# train_gpt.py's dense baseline --algo ddp), and the network lab's short mode
+# train_gpt.py's dense baseline --algo ddp), examples/python/elastic.py (a supervisor that
+# restarts a killed worker), and the network lab's short mode
 # (scripts/wan_lab.sh --short: 2 workers in network namespaces; skipped without root).
 #
 #   tests/python/run.sh                 # build if needed, then run everything
@@ -176,6 +177,10 @@ if [ "$RUN_EXAMPLE" = 1 ]; then
         run "example train_gpt.py --algo $algo (torchrun, $NPROC workers, a small GPT)" \
             timeout 120 "${torchrun[@]}" examples/python/train_gpt.py --steps 60 --log-every 20 --algo $algo
     done
+    # The restart pattern: a supervisor that restarts a killed worker with its id (SPARTA +
+    # DiLoCo here; test_elastic.py kills and restarts a worker of each algorithm).
+    run "example elastic.py --algo sparta-diloco (3 workers, a supervisor restarts the one killed)" \
+        timeout 180 "$VPY" examples/python/elastic.py --algo sparta-diloco --steps 600 --kill 1@40
     # The network lab's short mode: 2 worker processes in network namespaces on 50 Mb/s
     # links (scripts/wan_lab.sh). As root where namespaces can be made; it says why it
     # skips (exit 77) elsewhere, which is not a failure.

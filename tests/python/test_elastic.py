@@ -1,12 +1,18 @@
-"""trickle.DiLoCo over trickle.Elastic: worker processes that die and come back.
+"""trickle.DiLoCo, trickle.SPARTA and trickle.SPARTADiLoCo over trickle.Elastic: worker
+processes that die and come back.
 
     build/pyenv/bin/python tests/python/test_elastic.py
 
-The driver serves a TCPStore (as `python3 -m trickle.store` would) and starts 3 worker
-processes of this file. Worker 2 kills itself with SIGKILL at step 12, inside its local
-round; the driver starts it again with the same id, and it joins at the members' next
-outer step. At the end the three workers hold the same parameters, bit for bit, and the
-membership says one left and one joined. Bad arguments are refused before anything runs.
+The driver serves a TCPStore (as `python3 -m trickle.store` would) and, for each algorithm,
+starts 3 worker processes of this file. Worker 2 kills itself with SIGKILL at step 12
+(inside DiLoCo's local round); the driver starts it again with the same id, and it joins
+at the members' next round (an outer step, or a SPARTA exchange). At the end the three
+workers hold the same parameters, bit for bit (DiLoCo and SPARTA + DiLoCo: the last step
+is an outer step; SPARTA: every worker draws the same batches, so replicas that start
+equal and average equal values stay equal, and the joiner must have received exactly the
+members' parameters and, through Elastic(carry=optimizer), their SGD momentum buffers), and
+the membership says one left and one joined. Bad arguments are
+refused before anything runs.
 """
 
 import os
@@ -23,32 +29,46 @@ import trickle
 STEPS, INTERVAL, KILL_AT, HOLD_AT = 50, 5, 12, 25
 
 
-def wait_for_join_request(store) -> None:
+ALGORITHMS = ("DiLoCo", "SPARTA", "SPARTADiLoCo")
+
+
+def build(algo: str, model, el):
+    if algo == "DiLoCo":
+        return trickle.DiLoCo(model, interval=INTERVAL, outer="nesterov", seed=3, elastic=el)
+    if algo == "SPARTA":
+        return trickle.SPARTA(model, fraction=0.25, seed=3, elastic=el)
+    return trickle.SPARTADiLoCo(model, interval=INTERVAL, fraction=0.25, outer="nesterov", seed=3, elastic=el)
+
+
+def wait_for_join_request(store, job: str) -> None:
     """Holds a member until the restarted worker has queued its join request (the store's
-    "<job>/j/n" counter, job "trickle"): the restart first waits up to `liveness` for its
-    old incarnation's heartbeat to stay still, and the members would otherwise finish
-    their remaining steps before it asks."""
+    "<job>/j/n" counter): the restart first waits up to `liveness` for its old
+    incarnation's heartbeat to stay still, and the members would otherwise finish their
+    remaining steps before it asks."""
     deadline = time.time() + 60
-    while store.add("trickle/j/n", 0) < 1:
+    while store.add(f"{job}/j/n", 0) < 1:
         assert time.time() < deadline, "the restarted worker queued no join request within 60 s"
         time.sleep(0.01)
 
 
-def worker(port: int, wid: int, out: str, kill: bool) -> int:
+def worker(port: int, wid: int, out: str, kill: bool, algo: str) -> int:
     store = trickle.connect_store("127.0.0.1", port)
     torch.manual_seed(0)
     model = torch.nn.Linear(16, 4)
-    opt = torch.optim.SGD(model.parameters(), lr=0.05)
-    el = trickle.Elastic(store, id=wid, initial=3, timeout=5.0, liveness=1.0)
-    diloco = trickle.DiLoCo(model, interval=INTERVAL, outer="nesterov", seed=3, elastic=el)
-    g = torch.Generator().manual_seed(100 + wid)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    job = algo.lower()
+    # carry=opt: the restart takes a member's momentum buffers with the algorithm's state.
+    el = trickle.Elastic(store, id=wid, initial=3, timeout=5.0, liveness=1.0, job=job, carry=opt)
+    diloco = build(algo, model, el)
     start = diloco.stats.steps
     for t in range(start, STEPS):
         if kill and t == KILL_AT:
             sys.stdout.flush()
             os.kill(os.getpid(), signal.SIGKILL)
         if t == HOLD_AT and wid != 2:
-            wait_for_join_request(store)
+            wait_for_join_request(store, job)
+        # Each worker its own batches; under SPARTA every worker the same ones (see above).
+        g = torch.Generator().manual_seed(1000 * t + (0 if algo == "SPARTA" else wid))
         x = torch.randn(8, 16, generator=g)
         loss = (model(x) - x[:, :4]).pow(2).mean()
         opt.zero_grad()
@@ -57,7 +77,7 @@ def worker(port: int, wid: int, out: str, kill: bool) -> int:
         diloco.step()
     torch.save({"params": [p.detach().clone() for p in model.parameters()], "membership": diloco.membership,
                 "start": start}, out)
-    print(f"worker {wid}: {diloco.membership}", flush=True)
+    print(f"{algo} worker {wid}: {diloco.membership}", flush=True)
     return 0
 
 
@@ -73,8 +93,18 @@ def refusals() -> None:
         (lambda: trickle.Elastic(store, id=0, initial=1, timeout=1, liveness=2), ValueError, "liveness must be in"),
         (lambda: trickle.Elastic("nope", id=0, initial=1), TypeError, "torch.distributed.Store"),
         (lambda: trickle.DiLoCo(model, elastic="x"), TypeError, "trickle.Elastic"),
-        (lambda: trickle.SPARTA(model, elastic=trickle.Elastic(store, id=0, initial=1)), TypeError,
-         "trickle.DiLoCo in this version"),
+        (lambda: trickle.SPARTA(model, elastic="x"), TypeError, "trickle.Elastic"),
+        (lambda: trickle.SPARTA(model, min_workers=2), ValueError, "applies with elastic= only"),
+        (lambda: trickle.SPARTADiLoCo(model, min_workers=2), ValueError, "applies with elastic= only"),
+        # An overlapped SPARTA exchange needs trickle's progress thread, which an elastic
+        # group's rounds do not run on.
+        (lambda: trickle.SPARTA(model, overlap=True, elastic=trickle.Elastic(store, id=0, initial=1, job="ov")),
+         ValueError, "overlap does not combine with an elastic communicator"),
+        (lambda: trickle.SPARTADiLoCo(model, outer_sparsifier="chunk_topk",
+                                      elastic=trickle.Elastic(store, id=0, initial=1, job="sp")),
+         ValueError, "takes the outer gradient through a codec"),
+        (lambda: trickle.SPARTA(model, elastic=trickle.Elastic(store, id=0, initial=1, job="q"), min_workers=2),
+         ValueError, "min_workers (2) is larger than the world (1 workers)"),
         (lambda: trickle.DiLoCo(model, min_workers=2), ValueError, "applies with elastic= only"),
         (lambda: trickle.DiLoCo(model, elastic=trickle.Elastic(store, id=0, initial=1), min_workers=2), ValueError,
          "min_workers (2) is larger than the world (1 workers)"),
@@ -83,6 +113,9 @@ def refusals() -> None:
         (lambda: trickle.Elastic(store, id=0, initial=1, start_timeout=0), ValueError, "start_timeout must be > 0"),
         (lambda: trickle.Elastic(store, id=0, initial=1, join_timeout=-1), ValueError, "join_timeout must be > 0"),
         (lambda: trickle.Elastic(store, id=0, initial=1, hostname=5), TypeError, "hostname must be a string"),
+        (lambda: trickle.Elastic(store, id=0, initial=1, carry=5), TypeError, "carry must have state_dict()"),
+        (lambda: trickle.Elastic(store, id=0, initial=1, carry={"": torch.optim.SGD(model.parameters(), lr=1)}),
+         TypeError, "must map non-empty names"),
         # A first member whose peers never start gives up at start_timeout, naming them.
         (lambda: trickle.DiLoCo(model, elastic=trickle.Elastic(store, id=1, initial=3, job="never",
                                                                 start_timeout=0.3)),
@@ -103,40 +136,51 @@ def refusals() -> None:
     print("test_elastic: refusals ok", flush=True)
 
 
-def main() -> int:
-    if len(sys.argv) > 1 and sys.argv[1] == "--worker":
-        port, wid, out, kill = int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5] == "1"
-        return worker(port, wid, out, kill)
-    refusals()
-    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
-    port = store.port
+def scenario(algo: str, store, port: int) -> None:
+    """3 workers of `algo`; worker 2 killed at KILL_AT and restarted with its id."""
     tmp = os.environ.get("TMPDIR", "/tmp")
-    outs = [os.path.join(tmp, f"trickle_test_elastic_{os.getpid()}_{i}.pt") for i in range(3)]
+    outs = [os.path.join(tmp, f"trickle_test_elastic_{os.getpid()}_{algo}_{i}.pt") for i in range(3)]
     me = os.path.abspath(__file__)
 
     def start(wid: int, kill: bool):
-        return subprocess.Popen([sys.executable, me, "--worker", str(port), str(wid), outs[wid], "1" if kill else "0"])
+        return subprocess.Popen([sys.executable, me, "--worker", str(port), str(wid), outs[wid], "1" if kill else "0",
+                                 algo])
 
     procs = [start(i, i == 2) for i in range(3)]
     t0 = time.time()
-    rc = procs[2].wait(timeout=120)
-    assert rc == -signal.SIGKILL, f"worker 2 should have died of SIGKILL, got {rc}"
-    procs[2] = start(2, False)  # the same id again: a joiner
-    for i, p in enumerate(procs):
-        rc = p.wait(timeout=180)
-        assert rc == 0, f"worker {i} exited with {rc}"
+    try:
+        rc = procs[2].wait(timeout=120)
+        assert rc == -signal.SIGKILL, f"{algo}: worker 2 should have died of SIGKILL, got {rc}"
+        procs[2] = start(2, False)  # the same id again: a joiner
+        for i, p in enumerate(procs):
+            rc = p.wait(timeout=180)
+            assert rc == 0, f"{algo}: worker {i} exited with {rc}"
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
     res = [torch.load(o) for o in outs]
     for o in outs:
         os.remove(o)
     for i in (1, 2):
         for a, b in zip(res[0]["params"], res[i]["params"]):
-            assert torch.equal(a, b), f"worker {i}'s parameters differ from worker 0's"
+            assert torch.equal(a, b), f"{algo}: worker {i}'s parameters differ from worker 0's"
     for i in (0, 1):
         m = res[i]["membership"]
-        assert m["left"] == 1 and m["joined"] == 1 and m["workers"] == 3, m
-    assert res[2]["start"] > KILL_AT, res[2]["start"]
-    print(f"test_elastic: ok in {time.time() - t0:.1f} s: a killed worker's survivors carried on, its restart "
-          f"joined at step {res[2]['start']}, all 3 end bit-identical; {res[0]['membership']}", flush=True)
+        assert m["left"] == 1 and m["joined"] == 1 and m["workers"] == 3, (algo, m)
+    assert res[2]["start"] > KILL_AT, (algo, res[2]["start"])
+    print(f"test_elastic: {algo} ok in {time.time() - t0:.1f} s: a killed worker's survivors carried on, its "
+          f"restart joined at step {res[2]['start']}, all 3 end bit-identical; {res[0]['membership']}", flush=True)
+
+
+def main() -> int:
+    if len(sys.argv) > 1 and sys.argv[1] == "--worker":
+        port, wid, out, kill, algo = int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5] == "1", sys.argv[6]
+        return worker(port, wid, out, kill, algo)
+    refusals()
+    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    for algo in ALGORITHMS:
+        scenario(algo, store, store.port)
     return 0
 
 

@@ -68,13 +68,24 @@ std::string broadcast_blob(Comm& comm, std::string blob, int root) {
     return blob;
 }
 
+// The trainer state a communicator carries to joiners (comm::trainer_state), or null.
+template <class Comm>
+const comm::trainer_state* carried_trainer_state(const Comm& comm) {
+    if constexpr (requires { comm.carried_trainer_state(); })
+        return comm.carried_trainer_state();
+    else
+        return nullptr;
+}
+
 // The welcome of step 2 above. Engine provides:
 //   config_record elastic_record() const        its configuration (the same on every worker)
 //   std::string transfer_state() const          the donor's global state, checksummed
 //   void receive_state(const std::string&)      a joiner applies it (throws trickle::error if refused)
 //   std::uint32_t global_hash() const           a hash of the state every replica shares
-// Returns false when a joiner was refused (the caller renews), true otherwise; a refused
-// joiner leaves and throws.
+// When the communicator carries a trainer state (comm::trainer_state), its name is a field
+// of each rank's record and the donor's state follows the algorithm's. Returns false when
+// a joiner was refused (the caller renews), true otherwise; a refused joiner leaves and
+// throws.
 template <class Comm, class Engine>
 bool welcome(Comm& comm, Engine& e, membership_stats& ms, const comm::membership_change& ch, bool i_join,
              const char* kind) {
@@ -91,8 +102,14 @@ bool welcome(Comm& comm, Engine& e, membership_stats& ms, const comm::membership
         throw comm_error(concat(kind, ": no live member holds the state to join from (every worker of the view is ",
                                 "joining); start the workers from a checkpoint instead"));
     }
-    // Configurations: each joiner against the donor's.
-    const std::vector<config_record> recs = gather_records(comm, e.elastic_record());
+    // Configurations: each joiner against the donor's (the trainer state it carries included).
+    const comm::trainer_state* trainer = carried_trainer_state(comm);
+    config_record mine = e.elastic_record();
+    mine.add_text("trainer_state", trainer ? trainer->name : std::string("none"));
+    const std::vector<config_record> recs = gather_records(comm, mine);
+    bool donor_carries = false;
+    for (const auto& [name, value] : recs[static_cast<std::size_t>(donor)].fields())
+        if (name == "trainer_state") donor_carries = value != "none";
     std::vector<std::string> why(static_cast<std::size_t>(N));
     for (int r = 0; r < N; ++r) {
         if (!joiner[static_cast<std::size_t>(r)]) continue;
@@ -109,12 +126,54 @@ bool welcome(Comm& comm, Engine& e, membership_stats& ms, const comm::membership
     // The state, from the donor; the joiners whose configuration matched apply it.
     const std::string blob = broadcast_blob(comm, me == donor ? e.transfer_state() : std::string(), donor);
     if (me == donor || i_join) ms.state_bytes += blob.size();
+    // The trainer's state, after it: a first byte 1, the CRC-32C of the bytes (4 bytes,
+    // little end first) and the bytes, or 0 and why the donor's save() failed (so that every
+    // rank still takes part in the broadcast).
+    std::string theirs;
+    if (donor_carries) {
+        std::string out;
+        if (me == donor) {
+            try {
+                const std::string saved = trainer->save();
+                const std::uint32_t crc = crc32c(saved);
+                out.reserve(5 + saved.size());
+                out.push_back('\1');
+                for (int b = 0; b < 4; ++b) out.push_back(static_cast<char>((crc >> (8 * b)) & 0xFFu));
+                out += saved;
+            } catch (const std::exception& ex) {
+                out = std::string(1, '\0') + concat("the donor could not save its trainer state: ", ex.what());
+            }
+        }
+        theirs = broadcast_blob(comm, std::move(out), donor);
+        if (me == donor || i_join) ms.state_bytes += theirs.size();
+    }
     std::string mine_failed;
     if (i_join && why[static_cast<std::size_t>(me)].empty()) {
         try {
             e.receive_state(blob); // (the hash below reads the applied state, not the blob)
         } catch (const error& ex) {
             mine_failed = ex.what();
+        }
+        if (mine_failed.empty() && donor_carries && trainer != nullptr) {
+            std::uint32_t sent = 0;
+            if (theirs.size() >= 5 && theirs[0] == '\1')
+                for (int b = 0; b < 4; ++b)
+                    sent |= static_cast<std::uint32_t>(static_cast<unsigned char>(theirs[static_cast<std::size_t>(1 + b)]))
+                            << (8 * b);
+            if (theirs.empty() || (theirs[0] != '\1' && theirs[0] != '\0') || (theirs[0] == '\1' && theirs.size() < 5)) {
+                mine_failed = "the trainer state did not arrive whole";
+            } else if (theirs[0] == '\0') {
+                mine_failed = theirs.substr(1);
+            } else if (crc32c(theirs.data() + 5, theirs.size() - 5) != sent) {
+                mine_failed = concat("its trainer state '", trainer->name,
+                                     "' arrived damaged (its CRC-32C does not match the donor's)");
+            } else {
+                try {
+                    trainer->load(theirs.substr(5));
+                } catch (const std::exception& ex) {
+                    mine_failed = concat("its trainer state '", trainer->name, "' could not be loaded: ", ex.what());
+                }
+            }
         }
     }
     // Every rank's verdict and hash.

@@ -180,7 +180,7 @@ private:
 
 // One worker's handle on an elastic_local_world: a trickle::communicator (and
 // byte_communicator) over host memory whose rank and size are those of its current view.
-class elastic_local {
+class elastic_local : public trainer_state_slot {
 public:
     using memory_space = host_space;
 

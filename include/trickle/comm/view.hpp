@@ -11,6 +11,9 @@
 #include <algorithm>
 #include <concepts>
 #include <cstdint>
+#include <functional>
+#include <string>
+#include <utility>
 #include <vector>
 
 TRICKLE_NAMESPACE_BEGIN
@@ -41,6 +44,41 @@ concept elastic_communicator = communicator<C> && requires(C& c, const C& cc) {
     { c.renew() } -> std::same_as<membership_change>;
     { c.join() } -> std::same_as<membership_change>;
     c.leave();
+};
+
+// State the trainer keeps beside the algorithm (its optimizer's moments, a learning-rate
+// scheduler, a data loader's position) that a joiner takes from the donor together with
+// the algorithm's state (algorithm/membership.hpp's welcome): save() runs on the donor as
+// it sends, load() on each joiner once the algorithm's state was applied and before the
+// joiner resumes. `name` says what it is ("torch.optim.AdamW", say) and is compared like
+// the configuration: a joiner that carries another state, or none where the donor carries
+// one, is refused, naming both. The bytes travel with their CRC-32C, which the joiner
+// checks before load() (a mismatch refuses the join). Not part of the replicas' shared hash
+// and not checkpointed: each worker's trainer state is its own (the trainer saves it with
+// its own checkpoints), and a joiner starts from the donor's.
+struct trainer_state {
+    std::string name;
+    std::function<std::string()> save;
+    std::function<void(const std::string&)> load;
+};
+
+// What an elastic communicator holds to carry a trainer_state to joiners (comm::elastic_local
+// and comm::elastic_group derive from it). Set it before the algorithm is built: a joiner
+// takes the state inside the algorithm's constructor.
+class trainer_state_slot {
+public:
+    void carry_trainer_state(trainer_state s) {
+        require(!s.name.empty() && s.name.find('\n') == std::string::npos,
+                "comm: carry_trainer_state: the name must be a non-empty line, got '", s.name, "'");
+        require(static_cast<bool>(s.save) && static_cast<bool>(s.load),
+                "comm: carry_trainer_state: save and load must both be set");
+        carried_ = std::move(s);
+    }
+    // The trainer state carried to joiners, or null.
+    const trainer_state* carried_trainer_state() const { return carried_.save ? &carried_ : nullptr; }
+
+private:
+    trainer_state carried_;
 };
 
 } // namespace comm

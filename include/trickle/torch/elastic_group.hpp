@@ -149,7 +149,7 @@ struct elastic_group_options {
 
 // One worker's handle (see the file's comment): a trickle::communicator and
 // byte_communicator over host memory, rank and size those of its current view.
-class elastic_group {
+class elastic_group : public trainer_state_slot {
 public:
     using memory_space = host_space;
 

@@ -1,0 +1,14 @@
+// python/csrc/elastic_sparta_diloco.cpp: trickle.SPARTADiLoCo(elastic=...), SPARTA + DiLoCo
+// over comm::elastic_group with the outer gradient through a codec, one instantiation per
+// (sampler, outer optimizer) (make_elastic, elastic.cpp, builds it).
+#include "common.hpp"
+
+namespace trickle_py {
+
+std::unique_ptr<algorithm_base> sparta_diloco_on_elastic(trickle::comm::elastic_group& comm,
+                                                         const named_tensors& params, const sparta_config& sc,
+                                                         const diloco_config& c) {
+    return build_sparta_diloco(comm, params, sc, c, c.wire.codec);
+}
+
+} // namespace trickle_py
