@@ -61,17 +61,20 @@ done
 echo
 
 echo "## Nothing changes: SPARTA (a renewal and a commit vote every step), 4 workers, 64 parameters"
+echo "## renew_every K: the store renewal at every K-th exchange only (elastic_group_options::renew_every)"
 echo
-serve
-for i in 0 1 2 3; do
-    "$worker" --store 127.0.0.1:$port --id $i --initial 4 --steps 400 --algorithm sparta --timeout-ms 5000 \
-        > "$tmp/s$i.log" 2>&1 &
-done
-wait $(jobs -p | grep -v "^$store_pid\$") 2>/dev/null || true
-for i in 0 1 2 3; do
-    total=$(sed -n 's/.* \([0-9.]*\) s in all.*/\1/p' "$tmp/s$i.log")
-    wait_s=$(field waiting "$tmp/s$i.log")
-    python3 -c "print(f'worker $i: {1000*$total/400:.2f} ms per step in all, of which {1000*$wait_s/400:.2f} ms in renewals (arrival skew included)')"
+for K in 1 4 16; do
+    serve
+    for i in 0 1 2 3; do
+        "$worker" --store 127.0.0.1:$port --id $i --initial 4 --steps 400 --algorithm sparta --timeout-ms 5000 \
+            --renew-every $K > "$tmp/s$i.log" 2>&1 &
+    done
+    wait $(jobs -p | grep -v "^$store_pid\$") 2>/dev/null || true
+    for i in 0 1 2 3; do
+        total=$(sed -n 's/.* \([0-9.]*\) s in all.*/\1/p' "$tmp/s$i.log")
+        wait_s=$(field waiting "$tmp/s$i.log")
+        python3 -c "print(f'renew_every $K, worker $i: {1000*$total/400:.2f} ms per step in all, of which {1000*$wait_s/400:.2f} ms in renewals (arrival skew included)')"
+    done
 done
 echo
 

@@ -48,6 +48,8 @@ struct args {
     int hold_at = -1;      // before inner step T, wait until a join request is queued
     int seed = 7;          // the configuration (a joiner with another seed is refused)
     bool tiny = false;     // --inner tiny: an O(1) inner step (for timing the protocol on large states)
+    int renew_every = 1;   // elastic_group_options::renew_every
+    int step_ms = 0;       // --step-ms: sleep this long each inner step (standing for compute)
     std::string out;
 };
 
@@ -58,7 +60,7 @@ struct args {
                  "       [--dim D] [--min-workers M] [--timeout-ms T] [--liveness-ms L] [--job NAME] [--shard S]\n"
                  "       [--algorithm diloco|sparta|sparta_diloco]\n"
                  "       [--fault step:T|allreduce:K|commit:K|transfer|joiner-transfer|corrupt-transfer]\n"
-                 "       [--hold-at T] [--seed S] [--inner sgd|tiny] [--out FILE]\n",
+                 "       [--hold-at T] [--seed S] [--inner sgd|tiny] [--step-ms MS] [--renew-every K] [--out FILE]\n",
                  why.c_str());
     std::exit(2);
 }
@@ -100,6 +102,11 @@ args parse(int argc, char** argv) {
         else if (f == "--hold-at") a.hold_at = to_int(f, v);
         else if (f == "--seed") a.seed = to_int(f, v);
         else if (f == "--out") a.out = v;
+        else if (f == "--renew-every") a.renew_every = to_int(f, v);
+        else if (f == "--step-ms") {
+            a.step_ms = to_int(f, v);
+            if (a.step_ms < 0) usage("--step-ms must be >= 0, got '" + v + "'");
+        }
         else if (f == "--inner") {
             if (v != "sgd" && v != "tiny") usage("--inner needs sgd or tiny, got '" + v + "'");
             a.tiny = v == "tiny";
@@ -226,7 +233,7 @@ double construct_seconds = 0.0; // how long the algorithm's constructor took (a 
 template <class Alg>
 trickle::membership_stats train(Alg& alg, faulty_group& comm, trickle::comm::elastic_group& group,
                                 c10d::Store& store, const args& a, std::vector<float>& w, std::vector<float>& b) {
-    std::printf("worker %d: constructed in %.3f s%s\n", a.id, construct_seconds,
+    std::printf("worker %d: constructed in %.3f s at step %llu%s\n", a.id, construct_seconds, static_cast<unsigned long long>(alg.stats().steps),
                 alg.membership().joined > 0 ? " (joined: admission and state transfer)" : "");
     std::fflush(stdout);
     for (auto t = alg.stats().steps; t < static_cast<std::uint64_t>(a.steps); ++t) {
@@ -240,6 +247,7 @@ trickle::membership_stats train(Alg& alg, faulty_group& comm, trickle::comm::ela
             w[t % w.size()] += 0.001f * static_cast<float>(a.id + 1);
         else
             inner_step(w, b, a.id, a.shard, t);
+        if (a.step_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(a.step_ms));
         alg.step(trickle::exec::host{});
     }
     return alg.membership();
@@ -264,6 +272,7 @@ int main(int argc, char** argv) {
             eo.timeout = std::chrono::milliseconds(a.timeout_ms);
             eo.liveness = std::chrono::milliseconds(a.liveness_ms);
             eo.job = a.job;
+            eo.renew_every = a.renew_every;
             trickle::comm::elastic_group group(store, a.id, eo);
             faulty_group comm(group, attempt == 0 ? f : fault{});
             trickle::param_group<float> params;

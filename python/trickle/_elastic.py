@@ -62,7 +62,12 @@ class Elastic:
     that never started); `join_timeout` (default 600), how long a joiner waits to be
     admitted (the members admit it at their next round: an outer step, or a SPARTA
     exchange; then CommError). `hostname`: the address Gloo listens on, which the other
-    machines must reach ("" : this machine's hostname).
+    machines must reach ("" : this machine's hostname). `renew_every` (default 1): the
+    members renew the view through the store at every k-th round only (the same k on every
+    worker, else MismatchError), so SPARTA, whose every exchange is a round, pays the
+    store's round trips once every k exchanges; a failure is still caught at once (the
+    round is rolled back and the next renewal is a real one), but a joiner waits up to k
+    rounds to be admitted.
 
     `carry`: the trainer's own state that a joiner takes from a live worker together with
     the algorithm's (None: nothing): an object with state_dict() and load_state_dict(), such
@@ -81,7 +86,7 @@ class Elastic:
 
     def __init__(self, store, id: int, initial: int, timeout: float = 10.0, job: str = "trickle",
                  liveness: float = 0.0, start_timeout: float = 300.0, join_timeout: float = 600.0,
-                 hostname: str = "", carry=None):
+                 hostname: str = "", carry=None, renew_every: int = 1):
         """Checks the arguments (TypeError / ValueError) and keeps them."""
         if not isinstance(store, dist.Store):
             raise TypeError(f"trickle.Elastic: store must be a torch.distributed.Store (e.g. trickle.connect_store("
@@ -99,6 +104,10 @@ class Elastic:
         for name, v in (("start_timeout", start_timeout), ("join_timeout", join_timeout)):
             if not isinstance(v, numbers.Real) or isinstance(v, bool) or not v > 0:
                 raise ValueError(f"trickle.Elastic: {name} must be > 0 seconds, got {v!r}")
+        if not isinstance(renew_every, numbers.Integral) or isinstance(renew_every, bool):
+            raise TypeError(f"trickle.Elastic: renew_every must be an integer, got {type(renew_every).__name__}")
+        if renew_every < 1:
+            raise ValueError(f"trickle.Elastic: renew_every must be >= 1, got {renew_every}")
         if not isinstance(hostname, str):
             raise TypeError(f"trickle.Elastic: hostname must be a string, got {type(hostname).__name__}")
         if not isinstance(job, str) or not job or "/" in job:
@@ -114,11 +123,13 @@ class Elastic:
         self.join_timeout = float(join_timeout)
         self.hostname = hostname
         self.carry = carry
+        self.renew_every = int(renew_every)
 
     def __repr__(self):
         return (f"trickle.Elastic(id={self.id}, initial={self.initial}, timeout={self.timeout}, job={self.job!r}, "
                 f"liveness={self.liveness}, start_timeout={self.start_timeout}, join_timeout={self.join_timeout}, "
-                f"hostname={self.hostname!r}, carry={_carried(self.carry)[0] or None!r})")
+                f"hostname={self.hostname!r}, carry={_carried(self.carry)[0] or None!r}, "
+                f"renew_every={self.renew_every})")
 
 
 def _stateful(obj) -> bool:

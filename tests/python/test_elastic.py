@@ -58,7 +58,10 @@ def worker(port: int, wid: int, out: str, kill: bool, algo: str) -> int:
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     job = algo.lower()
     # carry=opt: the restart takes a member's momentum buffers with the algorithm's state.
-    el = trickle.Elastic(store, id=wid, initial=3, timeout=5.0, liveness=1.0, job=job, carry=opt)
+    # SPARTA renews the view at every 4th exchange only (renew_every): the kill is still
+    # caught at once, the restart admitted at a later renewal.
+    el = trickle.Elastic(store, id=wid, initial=3, timeout=5.0, liveness=1.0, job=job, carry=opt,
+                         renew_every=4 if algo == "SPARTA" else 1)
     diloco = build(algo, model, el)
     start = diloco.stats.steps
     for t in range(start, STEPS):
@@ -86,6 +89,7 @@ def refusals() -> None:
     model = torch.nn.Linear(2, 2)
     # A one-process group, so that the plain DiLoCo case reaches its option check.
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    first = trickle.SPARTA(model, elastic=trickle.Elastic(store, id=0, initial=1, job="every", renew_every=4))
     cases = [
         (lambda: trickle.Elastic(store, id=-1, initial=1), ValueError, "id must be >= 0"),
         (lambda: trickle.Elastic(store, id=0, initial=0), ValueError, "initial must be >= 1"),
@@ -114,6 +118,11 @@ def refusals() -> None:
         (lambda: trickle.Elastic(store, id=0, initial=1, join_timeout=-1), ValueError, "join_timeout must be > 0"),
         (lambda: trickle.Elastic(store, id=0, initial=1, hostname=5), TypeError, "hostname must be a string"),
         (lambda: trickle.Elastic(store, id=0, initial=1, carry=5), TypeError, "carry must have state_dict()"),
+        (lambda: trickle.Elastic(store, id=0, initial=1, renew_every=0), ValueError, "renew_every must be >= 1"),
+        (lambda: trickle.Elastic(store, id=0, initial=1, renew_every=2.0), TypeError, "renew_every must be an integer"),
+        # The job's first worker set renew_every = 4 (below): another k is refused.
+        (lambda: trickle.SPARTA(model, elastic=trickle.Elastic(store, id=1, initial=1, job="every", renew_every=2)),
+         trickle.MismatchError, "has renew_every = 2, the job's other workers 4"),
         (lambda: trickle.Elastic(store, id=0, initial=1, carry={"": torch.optim.SGD(model.parameters(), lr=1)}),
          TypeError, "must map non-empty names"),
         # A first member whose peers never start gives up at start_timeout, naming them.
@@ -132,6 +141,7 @@ def refusals() -> None:
             assert text in str(e), f"expected {text!r} in {e}"
         else:
             raise AssertionError(f"expected {exc.__name__} containing {text!r}")
+    del first
     dist.destroy_process_group()
     print("test_elastic: refusals ok", flush=True)
 

@@ -26,6 +26,8 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <optional>
+#include <random>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -61,6 +63,8 @@ public:
             int st = 0;
             ::waitpid(pid, &st, 0);
         }
+        // TRICKLE_ELASTIC_KEEP=1 keeps the workers' logs and outputs (to read a failure).
+        if (std::getenv("TRICKLE_ELASTIC_KEEP") != nullptr) return;
         std::string cmd = "rm -rf '" + dir_ + "'";
         (void)std::system(cmd.c_str());
     }
@@ -93,7 +97,6 @@ public:
 
     // Waits for a worker (at most `limit`: a hang fails the test and kills it).
     outcome finish(const std::string& key, std::chrono::seconds limit = 60s) {
-        outcome o;
         const pid_t pid = pids_.at(key);
         const auto deadline = std::chrono::steady_clock::now() + limit;
         int st = 0;
@@ -105,10 +108,35 @@ public:
                 ::waitpid(pid, &st, 0);
                 pids_.erase(key);
                 FAIL("worker ", key, " hung (killed after ", limit.count(), " s): ", read(dir_ + "/log_" + key));
-                return o;
+                return outcome{};
             }
             std::this_thread::sleep_for(5ms);
         }
+        return ended(key, st);
+    }
+
+    // The worker's outcome if it has ended, without waiting.
+    std::optional<outcome> poll(const std::string& key) {
+        int st = 0;
+        if (::waitpid(pids_.at(key), &st, WNOHANG) != pids_.at(key)) return std::nullopt;
+        return ended(key, st);
+    }
+    // What a worker printed so far.
+    std::string log(const std::string& key) const { return read(dir_ + "/log_" + key); }
+    // Sends `sig` to a running worker.
+    void signal(const std::string& key, int sig) { ::kill(pids_.at(key), sig); }
+    // Kills a running worker and returns its log.
+    std::string stop(const std::string& key) {
+        ::kill(pids_.at(key), SIGKILL);
+        int st = 0;
+        ::waitpid(pids_.at(key), &st, 0);
+        pids_.erase(key);
+        return read(dir_ + "/log_" + key);
+    }
+
+private:
+    outcome ended(const std::string& key, int st) {
+        outcome o;
         pids_.erase(key);
         o.status = WIFEXITED(st) ? WEXITSTATUS(st) : -WTERMSIG(st);
         o.log = read(dir_ + "/log_" + key);
@@ -126,6 +154,7 @@ public:
         return o;
     }
 
+public:
     void set_common(std::vector<std::string> c) { common_ = std::move(c); }
     // Waits until worker `id` holds at its --hold-at step (it waits there for a joiner).
     void wait_holding(int id, const std::string& job = "trickle") {
@@ -288,6 +317,34 @@ TEST_CASE("elastic_group processes: a killed worker restarts with its id, joins,
     }
 }
 
+TEST_CASE("elastic_group processes: renew_every 8 — a kill inside an exchange, a restart admitted, bits equal") {
+    // SPARTA + DiLoCo renews at every step; with --renew-every 8 it goes to the store at
+    // every 8th. Worker 3 is killed inside an all-reduce (the round fails on every member,
+    // is rolled back, and the next renewal is a real one that drops it); its restart is
+    // admitted at a later real renewal; all four end bit-identical. The same schedule with
+    // renew_every 1 for comparison (its restart is admitted at an earlier step).
+    for (const char* every : {"8", "1"}) {
+        INFO("renew_every ", every);
+        job j(std::string("every_") + every);
+        j.set_common({"--initial", "4", "--steps", "60", "--interval", "10", "--timeout-ms", "1500", "--hold-at", "35",
+                      "--algorithm", "sparta_diloco", "--renew-every", every});
+        std::vector<std::string> keys;
+        for (int id = 0; id < 4; ++id)
+            keys.push_back(j.start(id, id == 3 ? std::vector<std::string>{"--fault", "allreduce:5"} : std::vector<std::string>{}));
+        CHECK(j.finish(keys[3]).status == -SIGKILL);
+        j.wait_holding(0);
+        const std::string again = j.start(3, {}, "b");
+        std::vector<outcome> live;
+        for (int id = 0; id < 3; ++id) live.push_back(j.finish(keys[static_cast<std::size_t>(id)]));
+        live.push_back(j.finish(again));
+        check_same(live);
+        for (int id = 0; id < 3; ++id) {
+            CHECK(live[static_cast<std::size_t>(id)].left == 1);
+            CHECK(live[static_cast<std::size_t>(id)].joined == 1);
+        }
+    }
+}
+
 TEST_CASE("elastic_group processes: SIGKILL inside a state transfer, of the donor and of the joiner") {
     // The donor (worker 0, the lowest member) dies while sending the state: the joiner
     // loses its admission and joins again; the two other members carry on.
@@ -420,6 +477,32 @@ TEST_CASE("elastic_group: an unreachable store is a clear error naming it; bad o
     }
     CHECK_THROWS_WITH_AS(trickle::comm::elastic_group(c10::intrusive_ptr<c10d::Store>(), 0, {.initial = 1}), doctest::Contains("store is null"),
                          trickle::invalid_argument);
+    {
+        trickle::comm::elastic_group_options o;
+        o.initial = 1;
+        o.renew_every = 0;
+        CHECK_THROWS_WITH_AS(trickle::comm::elastic_group(store, 0, o), doctest::Contains("renew_every must be >= 1, got 0"),
+                             trickle::invalid_argument);
+    }
+    // renew_every: the job's first worker sets it; another k is refused before it registers.
+    {
+        auto other = trickle::comm::host_store(0);
+        trickle::comm::elastic_group_options o;
+        o.initial = 1;
+        o.renew_every = 4;
+        o.job = "every";
+        trickle::comm::elastic_group first(other, 0, o);
+        o.renew_every = 2;
+        CHECK_THROWS_WITH_AS(trickle::comm::elastic_group(other, 1, o),
+                             doctest::Contains("worker 1 has renew_every = 2, the job's other workers 4"),
+                             trickle::mismatch_error);
+        // Calls between real renewals cost no store operation and keep the view.
+        for (int i = 0; i < 9; ++i) {
+            const auto ch = first.renew();
+            CHECK(!ch.changed());
+            CHECK(ch.epoch == 0);
+        }
+    }
     // A first member whose peers never start gives up at start_timeout, naming them.
     {
         auto other = trickle::comm::host_store(0);
@@ -554,4 +637,160 @@ TEST_CASE("elastic_group: with liveness, a second process with a live id is refu
     trickle::comm::elastic_group back(trickle::comm::connect_store("127.0.0.1", port), 1, o);
     CHECK(back.incarnation() == 2);
     CHECK(std::chrono::steady_clock::now() - t0 >= 400ms);
+}
+
+TEST_CASE("elastic_group processes: random kill / freeze / restart schedules; none lost, none hung, bits equal") {
+    // Each schedule: 4 workers of one algorithm (DiLoCo, SPARTA, SPARTA + DiLoCo in turn),
+    // each inner step 10 ms of "compute", liveness 500 ms. Random faults inside the protocol
+    // (SIGKILL before a step, inside the K-th all-reduce, after the K-th commit vote) for up
+    // to two workers, and this driver SIGKILLing or freezing (SIGSTOP for 0.1-1.5 s, then
+    // SIGCONT) a random live worker at up to three random moments after the start (once
+    // every first worker built its algorithm: see the limits in docs/elastic.md). Every
+    // worker that ends
+    // otherwise than by finishing is started again with its id (a dropped worker finds out
+    // when it wakes, and exits), until the first worker finishes: a restart that is still
+    // outside the view 10 s after that came too late and is stopped (not a loss); one that
+    // had joined is a hang. Every worker that finished exited 0; for DiLoCo and SPARTA +
+    // DiLoCo they hold the same bits. TRICKLE_ELASTIC_SCHEDULES (default 3) and
+    // TRICKLE_ELASTIC_SEED (default 1) choose how many and which (TRICKLE_ELASTIC_FIRST=k
+    // starts at schedule k, to rerun one alone); scripts/elastic_soak.sh runs 50.
+    const char* n_env = std::getenv("TRICKLE_ELASTIC_SCHEDULES");
+    const char* from_env = std::getenv("TRICKLE_ELASTIC_FIRST"); // to rerun schedule k alone
+    const char* seed_env = std::getenv("TRICKLE_ELASTIC_SEED");
+    const int schedules = n_env ? std::atoi(n_env) : 3;
+    const unsigned seed = seed_env ? static_cast<unsigned>(std::atoi(seed_env)) : 1u;
+    const char* algorithms[] = {"diloco", "sparta", "sparta_diloco"};
+    int restarts_total = 0, late_total = 0;
+    const int first = from_env ? std::atoi(from_env) : 0;
+    for (int k = first; k < first + schedules; ++k) {
+        std::mt19937 rng(seed * 7919u + static_cast<unsigned>(k));
+        const auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+        const std::string alg = algorithms[k % 3];
+        constexpr int workers = 4, steps = 300;
+        std::map<int, std::string> faults;
+        for (int v = pick(0, 2); v > 0; --v) {
+            const int who = pick(0, workers - 1);
+            switch (pick(0, 2)) {
+            case 0: faults[who] = "step:" + std::to_string(pick(5, steps * 3 / 4)); break;
+            case 1: faults[who] = "allreduce:" + std::to_string(pick(3, 30)); break; // past the constructors'
+            default: faults[who] = "commit:" + std::to_string(pick(1, 20)); break;
+            }
+        }
+        struct event {
+            int at_ms;
+            bool kill;
+            int freeze_ms;
+        };
+        std::vector<event> events;
+        for (int e = pick(0, 3); e > 0; --e) events.push_back({pick(300, 2500), pick(0, 1) == 1, pick(100, 1500)});
+        std::sort(events.begin(), events.end(), [](const event& a, const event& b) { return a.at_ms < b.at_ms; });
+        std::string plan = alg;
+        for (const auto& [who, f] : faults) plan += " fault " + std::to_string(who) + "=" + f;
+        for (const auto& e : events)
+            plan += (e.kill ? " kill@" : " freeze@") + std::to_string(e.at_ms) + "ms" +
+                    (e.kill ? std::string() : ":" + std::to_string(e.freeze_ms) + "ms");
+        INFO("schedule ", k, " (seed ", seed, "): ", plan);
+        MESSAGE("schedule ", k, ": ", plan);
+
+        job j("random_" + std::to_string(seed) + "_" + std::to_string(k));
+        j.set_common({"--initial", std::to_string(workers), "--steps", std::to_string(steps), "--interval", "10",
+                      "--timeout-ms", "3000", "--liveness-ms", "500", "--step-ms", "10", "--algorithm", alg});
+        std::map<int, std::string> running; // id -> key of its current process
+        std::map<int, int> lives;
+        for (int id = 0; id < workers; ++id) {
+            std::vector<std::string> extra;
+            if (faults.count(id)) extra = {"--fault", faults[id]};
+            running[id] = j.start(id, extra);
+            lives[id] = 1;
+        }
+        // The events' clock starts once every first worker has built its algorithm: a first
+        // worker that dies before that ends the start (docs/elastic.md, limits).
+        auto t0 = std::chrono::steady_clock::now();
+        const auto start_limit = t0 + 60s;
+        for (bool all = false; !all;) {
+            all = true;
+            for (int id = 0; id < workers; ++id) all = all && j.log(running[id]).find("constructed") != std::string::npos;
+            REQUIRE_MESSAGE(std::chrono::steady_clock::now() < start_limit, "the first workers did not start in 60 s");
+            if (!all) std::this_thread::sleep_for(2ms);
+        }
+        t0 = std::chrono::steady_clock::now();
+        const auto ms_since = [&] {
+            return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+        };
+        std::vector<outcome> finished;
+        std::vector<std::pair<std::string, std::chrono::steady_clock::time_point>> thaw; // frozen workers
+        std::optional<std::chrono::steady_clock::time_point> ended_at;
+        std::size_t next_event = 0;
+        int late = 0;
+        while (!running.empty()) {
+            if (ms_since() >= 120000) {
+                std::string logs;
+                for (const auto& [id, key] : running) logs += "\n--- worker " + std::to_string(id) + ":\n" + j.stop(key);
+                FAIL("the schedule ran past 120 s (a hang); the workers still running:", logs);
+            }
+            const auto now = std::chrono::steady_clock::now();
+            for (auto it = thaw.begin(); it != thaw.end();) {
+                if (now < it->second) {
+                    ++it;
+                    continue;
+                }
+                bool alive = false;
+                for (const auto& [id, key] : running) alive = alive || key == it->first;
+                if (alive) j.signal(it->first, SIGCONT);
+                it = thaw.erase(it);
+            }
+            if (next_event < events.size() && ms_since() >= events[next_event].at_ms) {
+                const event e = events[next_event++];
+                auto it = running.begin();
+                std::advance(it, pick(0, static_cast<int>(running.size()) - 1));
+                if (e.kill) j.signal(it->second, SIGKILL);
+                else {
+                    j.signal(it->second, SIGSTOP);
+                    thaw.emplace_back(it->second, now + std::chrono::milliseconds(e.freeze_ms));
+                }
+            }
+            for (auto it = running.begin(); it != running.end();) {
+                std::optional<outcome> o = j.poll(it->second);
+                if (!o) {
+                    ++it;
+                    continue;
+                }
+                const int id = it->first;
+                if (o->status == 0) {
+                    finished.push_back(*o);
+                    if (!ended_at) ended_at = std::chrono::steady_clock::now();
+                    it = running.erase(it);
+                } else if (!ended_at) {
+                    INFO("worker ", id, " life ", lives[id], " ended with ", o->status, ": ", o->log);
+                    REQUIRE(lives[id] < 10);
+                    it->second = j.start(id, {}, "_" + std::to_string(lives[id]++));
+                    ++restarts_total;
+                    ++it;
+                } else {
+                    ++late; // it ended after the job did: not restarted
+                    it = running.erase(it);
+                }
+            }
+            if (ended_at && std::chrono::steady_clock::now() - *ended_at > 10s) {
+                for (const auto& [id, key] : running) {
+                    const std::string log = j.stop(key);
+                    INFO("worker ", id, ": ", log);
+                    // It had joined (constructed its algorithm) and never finished: a hang.
+                    CHECK(log.find("constructed") == std::string::npos);
+                    ++late;
+                }
+                running.clear();
+            }
+            std::this_thread::sleep_for(2ms);
+        }
+        late_total += late;
+        REQUIRE(!finished.empty());
+        for (const auto& o : finished) {
+            INFO(o.log);
+            CHECK(o.status == 0);
+            REQUIRE(o.params.size() == dim + 1);
+        }
+        if (alg != "sparta") check_same(finished);
+    }
+    MESSAGE(schedules, " schedules passed: ", restarts_total, " restarts, ", late_total, " too late to rejoin");
 }

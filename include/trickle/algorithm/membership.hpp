@@ -225,6 +225,10 @@ bool elastic_round(Comm& comm, Engine& e, membership_stats& ms, int min_workers,
     bool joining = ch.has_value();
     for (int attempt = 0;; ++attempt) {
         const auto t0 = clock::now();
+        // Whether this attempt took its backup: a failure inside the renewal itself (a new
+        // epoch's group that cannot form) comes before it, and must not restore the backup
+        // of an earlier round (that rewound the step counter and the outer counters).
+        bool backed_up = false;
         try {
             if (!ch) {
                 ch = comm.renew();
@@ -239,6 +243,7 @@ bool elastic_round(Comm& comm, Engine& e, membership_stats& ms, int min_workers,
             ms.workers = comm.size();
             e.view_changed();
             e.round_backup();
+            backed_up = true;
             if (!ch->joined.empty()) {
                 const bool all_admitted = welcome(comm, e, ms, *ch, joining, kind);
                 joining = false;
@@ -258,7 +263,7 @@ bool elastic_round(Comm& comm, Engine& e, membership_stats& ms, int min_workers,
         } catch (const peer_failure&) {
             ms.wait_seconds += seconds(clock::now() - t0);
             if (joining) throw; // a joiner that lost its admission: it may join again
-            e.round_rollback();
+            if (backed_up) e.round_rollback();
             ++ms.rounds_retried;
             ch.reset();
             // Every failure drops at least one worker from the next view, so this ends; the

@@ -145,6 +145,15 @@ struct elastic_group_options {
     // next round: a DiLoCo outer step, a SPARTA exchange); > 0. Past it: comm_error, and
     // the request is withdrawn.
     std::chrono::milliseconds join_timeout{std::chrono::minutes(10)};
+    // Renew the view through the store at every k-th renew() of an epoch only (k >= 1, the
+    // same on every worker: a worker with another k is refused at construction). The
+    // calls between return the current view at no cost, so SPARTA, which renews at every
+    // exchange, pays the store's round trips once every k exchanges. A failure still ends
+    // the epoch at once: the round that saw it is rolled back on every member (the commit
+    // vote) and the next renew() is a real one. What waits: a joiner is admitted, and a
+    // member that stopped answering without closing its sockets is dropped, at the next
+    // real renewal (or, for the latter, at the collective's timeout), up to k rounds later.
+    int renew_every = 1;
 };
 
 // One worker's handle (see the file's comment): a trickle::communicator and
@@ -168,6 +177,7 @@ public:
                 o_.join_timeout.count());
         require(o_.liveness.count() >= 0 && o_.liveness <= o_.timeout,
                 "comm::elastic_group: liveness must be in [0, timeout] ms (0: off), got ", o_.liveness.count());
+        require(o_.renew_every >= 1, "comm::elastic_group: renew_every must be >= 1, got ", o_.renew_every);
         require(o_.liveness.count() == 0 || dynamic_cast<const c10d::TCPStore*>(store.get()) != nullptr,
                 "comm::elastic_group: liveness needs a c10d::TCPStore (its heartbeat uses a client of its own)");
         user_store_ = store;
@@ -175,16 +185,26 @@ public:
             store_name_ = detail::concat(" at ", tcp->getHost(), ":", tcp->getPort());
         store_ = c10::make_intrusive<c10d::PrefixStore>(o_.job, std::move(store));
         if (o_.liveness.count() > 0) refuse_live_duplicate();
+        refuse_other_renewal_interval();
         inc_ = store_op("register", [&] { return store_->add(detail::concat("inc/", id_), 1); });
         if (inc_ > 1) end_of_incarnation_counted();
         if (o_.liveness.count() > 0) start_heartbeat();
         if (inc_ == 1 && id_ < o_.initial) {
-            await_start();
-            view v;
-            for (int i = 0; i < o_.initial; ++i) v.members.push_back({i, 1});
-            membership_change ch;
-            ch.members = v.ids();
-            adopt(v, ch, "comm::elastic_group");
+            try {
+                await_start();
+                view v;
+                for (int i = 0; i < o_.initial; ++i) v.members.push_back({i, 1});
+                membership_change ch;
+                ch.members = v.ids();
+                adopt(v, ch, "comm::elastic_group");
+            } catch (const trickle::error& e) {
+                // The first epoch could not form: no member holds a state a joiner could
+                // take, so the whole start fails. Said in the store, so that a restart
+                // waiting to join learns it at once instead of at its join_timeout.
+                fail_job(e.what());
+                stop_heartbeat();
+                throw;
+            }
         }
     }
 
@@ -252,6 +272,16 @@ public:
     // after the renewal closed): it must join() again through a new handle.
     membership_change renew() {
         check_usable("renew");
+        renewed_ = true;
+        // renew_every: the calls between real renewals keep the view (see the option). Only
+        // after a renewal that changed nothing (every member read the same one, so they all
+        // agree): one that admitted joiners is followed by a real one, which drops any that
+        // the welcome refused.
+        if (pg_ && !last_.changed() && calls_ + 1 < static_cast<std::uint64_t>(o_.renew_every)) {
+            ++calls_;
+            return last_;
+        }
+        calls_ = 0;
         const std::string R = detail::concat("r/", view_.epoch, "/", renewals_, "/");
         const auto deadline = clock::now() + o_.timeout;
         bool wrote = false;
@@ -306,12 +336,17 @@ public:
             throw invalid_argument(detail::concat("comm::elastic_group join: worker ", id_,
                                                   " already joined or left through this handle; use a new handle"));
         joined_ = true;
+        renewed_ = true; // admitted by a renewal: its failures are the members' to ride out
         const std::string A = detail::concat("adm/", id_, "/", inc_);
         std::string d = store_op("join", [&] {
             const std::int64_t i = store_->add("j/n", 1) - 1;
             store_->set(detail::concat("j/", i), bytes(detail::concat(id_, " ", inc_)));
             const auto deadline = clock::now() + wait;
-            for (int round = 0; !store_->check({A}); pause(round))
+            for (int round = 0; !store_->check({A}); pause(round)) {
+                if (round % 64 == 63 && store_->check({"failed"}))
+                    throw comm_error(detail::concat("comm::elastic_group join: worker ", id_,
+                                                    " cannot join: the job's start failed (",
+                                                    text(store_->get("failed")), ")"));
                 if (clock::now() >= deadline) {
                     store_->add(detail::concat("inc/", id_), 1); // withdraw: a renewal ignores an ended incarnation
                     end_of_incarnation_counted();
@@ -320,6 +355,7 @@ public:
                                                     " was not admitted within ", wait.count(),
                                                     " ms (no renewal of the view happened)"));
                 }
+            }
             return text(store_->get(A));
         });
         const view next = view::parse(d);
@@ -491,6 +527,24 @@ private:
         });
     }
 
+    // The job cannot go on (its start failed): say so in the store for the joiners.
+    void fail_job(const std::string& why) {
+        try {
+            cas("failed", why);
+        } catch (...) {
+        }
+    }
+
+    // Every worker of a job renews at the same calls (renew_every): the first to register
+    // writes its k to the store, the others compare theirs.
+    void refuse_other_renewal_interval() {
+        const std::string theirs = store_op("register", [&] { return cas("cfg/renew_every", std::to_string(o_.renew_every)); });
+        if (theirs != std::to_string(o_.renew_every))
+            throw mismatch_error(detail::concat("comm::elastic_group: worker ", id_, " has renew_every = ", o_.renew_every,
+                                                ", the job's other workers ", theirs,
+                                                " (every worker of a job must renew at the same calls)"));
+    }
+
     // Every member of the view arrived at renewal R, ended its incarnation, or (liveness)
     // has a heartbeat that has not moved for `liveness` while this worker waited.
     bool all_present(const std::string& R, std::vector<std::pair<std::int64_t, clock::time_point>>& beats) {
@@ -518,6 +572,14 @@ private:
                 for (int i = 0; i < o_.initial; ++i)
                     if (!store_->check({detail::concat("start/", i)})) missing.push_back(i);
                 if (missing.empty()) return 0;
+                // A first worker that died before it arrived here and was started again is a
+                // joiner (its incarnation is not the first): the first epoch cannot form.
+                for (int i : missing)
+                    if (incarnation_of(i) > 1)
+                        throw comm_error(detail::concat(
+                            "comm::elastic_group: worker ", id_, ": worker ", i,
+                            " ended before the first epoch formed (a process restarted with its id); the first ",
+                            o_.initial, " workers must all start once: start the job again"));
                 if (clock::now() >= deadline) {
                     std::string ids;
                     for (int i : missing) ids += (ids.empty() ? "" : ", ") + std::to_string(i);
@@ -638,6 +700,7 @@ private:
         last_ = ch;
         renewals_ = 0;
         commits_ = 0;
+        calls_ = 0;
         const auto it = std::find_if(v.members.begin(), v.members.end(), [&](const entry& m) { return m.id == id_; });
         rank_ = static_cast<int>(it - v.members.begin());
         try {
@@ -716,6 +779,10 @@ private:
             // The backend failed (a dead or silent peer); a disagreement between the ranks'
             // arguments stays what it is.
             if (!pg_->backend_failed()) throw;
+            // Before the first renewal (the algorithm's constructor: its agreement and first
+            // broadcast) no round can be redone: the start failed.
+            if (!renewed_) fail_job(detail::concat("worker ", id_, " saw a peer fail in epoch 0 before the first round: ",
+                                                  e.what()));
             mark_broken();
             throw peer_failure(detail::concat("epoch ", view_.epoch, ": ", e.what()));
         }
@@ -731,8 +798,8 @@ private:
     view view_;
     membership_change last_;
     int rank_ = -1;
-    std::uint64_t renewals_ = 0, commits_ = 0;
-    bool dead_ = false, joined_ = false;
+    std::uint64_t renewals_ = 0, commits_ = 0, calls_ = 0;
+    bool dead_ = false, joined_ = false, renewed_ = false;
     traffic_counters before_{};
     struct heartbeat {
         std::mutex mutex;
