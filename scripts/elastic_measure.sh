@@ -5,10 +5,13 @@
 # receive a DiLoCo state of 100M parameters over loopback, against the state's bytes
 # divided by the loopback bandwidth measured in the same run; and what a renewal plus a
 # commit vote cost per round when nothing changes.
-#   scripts/elastic_measure.sh [BUILD_DIR=build/host]   (needs the elastic_worker example built)
+#   scripts/elastic_measure.sh [BUILD_DIR=build/host] [PARTS=failure,round,join]
+#   (needs the elastic_worker example built; PARTS picks the experiments, comma-separated)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=${1:-build/host}
+parts=${2:-failure,round,join}
+want() { [[ ",$parts," == *",$1,"* ]]; }
 worker=
 for w in "$dir"/examples/07_elastic_processes/elastic_worker "$dir"/tests/torch/elastic_worker; do
     [ -x "$w" ] && { worker=$w; break; }
@@ -33,6 +36,7 @@ serve() { # a fresh store per experiment, on a free port
 }
 field() { sed -n "s/.* \([0-9.]*\) s $1.*/\1/p" "$2" | head -1; }
 
+if want failure; then
 echo "## Failure: worker 2 of 4 killed inside the 2nd outer step's all-reduce (DiLoCo, H = 10)"
 echo
 echo "| timeout (ms) | liveness (ms) | survivors' time lost (s), min / max of 3 | rounds retried |"
@@ -60,6 +64,9 @@ for TL in 1000:0 2000:0 4000:0 8000:0 8000:500 8000:1000 8000:2000; do
 done
 echo
 
+fi
+
+if want round; then
 echo "## Nothing changes: SPARTA (a renewal and a commit vote every step), 4 workers, 64 parameters"
 echo "## renew_every K: the store renewal at every K-th exchange only (elastic_group_options::renew_every)"
 echo
@@ -78,6 +85,9 @@ for K in 1 4 16; do
 done
 echo
 
+fi
+
+if want join; then
 echo "## A joiner receives a DiLoCo state of 100M parameters (2 members, loopback)"
 echo
 bw=$(python3 - <<'PY'
@@ -119,3 +129,4 @@ print(f'loopback bandwidth (one TCP stream, measured now): {bw/1e9:.2f} GB/s')
 print(f'state moved: {b/1e6:.0f} MB; joiner admitted and holding the state in {s:.2f} s')
 print(f'ratio to bytes / bandwidth: {s/(b/bw):.1f}x (bytes / bandwidth = {b/bw:.2f} s)')"
 cat "$tmp"/j*.log | grep -v "^$" | sed 's/^/    /'
+fi

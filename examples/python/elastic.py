@@ -150,6 +150,8 @@ def worker(a: argparse.Namespace) -> int:
                          join_timeout=a.join_timeout, job="example", carry=opt)
     algo = make_algorithm(a, model, el)
     start = algo.stats.steps  # 0, or the members' step for a joiner
+    if a.out and start == 0:
+        open(a.out + ".started", "w").close()  # for the supervisor's --chaos clock
     if start > 0:
         if a.out:
             open(a.out + ".joined", "w").close()
@@ -206,13 +208,14 @@ def supervise(a: argparse.Namespace) -> int:
             cmd += ["--pause-at", f"{a.pauses[wid][0]}:{a.pauses[wid][1]}"]
         return subprocess.Popen(cmd)
 
-    # --chaos: moments (seconds after the start) at which the supervisor SIGKILLs or freezes a
-    # random live worker: after the workers started (about 3 s, importing torch), within the
-    # first three quarters of the training time, at least 2.5 s apart (a restart joins first).
+    # --chaos: moments at which the supervisor SIGKILLs or freezes a random live worker,
+    # counted from when every first worker has built its algorithm (a first worker lost
+    # before that ends the start: docs/elastic.md), within the first three quarters of the
+    # training time, at least 2.5 s apart (so that a restart joins first).
     rng = random.Random(a.chaos_seed)
     window = 0.75 * a.steps * a.step_ms / 1000.0
     chaos = []
-    for at in sorted(3.0 + rng.uniform(0.0, window) for _ in range(a.chaos)):
+    for at in sorted(rng.uniform(0.0, window) for _ in range(a.chaos)):
         at = max(at, chaos[-1][0] + 2.5) if chaos else at
         chaos.append((at, rng.choice(("kill", "freeze")), rng.random(), rng.uniform(0.2, 3.0)))
 
@@ -221,6 +224,7 @@ def supervise(a: argparse.Namespace) -> int:
           + (f"; pauses: {', '.join(f'{w}@{s}:{d}' for w, (s, d) in sorted(a.pauses.items()))}" if a.pauses else "")
           + (f"; chaos: {', '.join(f'{e[1]} at {e[0]:.1f} s' for e in chaos)}" if chaos else ""), flush=True)
     t0 = time.time()
+    chaos_t0 = None
     procs = {i: launch(i, True) for i in range(a.workers)}
     restarts = {i: 0 for i in range(a.workers)}
     failed, late = [], []
@@ -242,7 +246,9 @@ def supervise(a: argparse.Namespace) -> int:
                         print(f"supervisor: worker {wid}'s restart came after the job ended; stopped", flush=True)
                         late.append(wid)
                 break
-            if chaos and time.time() - t0 >= chaos[0][0]:
+            if chaos and chaos_t0 is None and all(os.path.exists(o + ".started") for o in outs.values()):
+                chaos_t0 = time.time()
+            if chaos and chaos_t0 is not None and time.time() - chaos_t0 >= chaos[0][0]:
                 _, action, pick, secs = chaos.pop(0)
                 live = sorted(w for w, p in procs.items() if p.poll() is None)
                 if live:
