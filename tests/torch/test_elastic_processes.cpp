@@ -13,6 +13,7 @@
 #include <doctest/doctest.h>
 
 #include <fcntl.h>
+#include <signal.h>
 
 #include <spawn.h>
 #include <sys/wait.h>
@@ -515,6 +516,11 @@ TEST_CASE("elastic_group: an unreachable store is a clear error naming it; bad o
     // One worker alone: a member at once, renewals change nothing, a second join is refused.
     trickle::comm::elastic_group one(store, 0, {.initial = 1, .timeout = 1000ms});
     CHECK(one.member());
+    // A peer's death must not kill this process through SIGPIPE: the group ignores it
+    // (this process kept the default).
+    struct sigaction pipe_action {};
+    REQUIRE(::sigaction(SIGPIPE, nullptr, &pipe_action) == 0);
+    CHECK((pipe_action.sa_handler == SIG_IGN));
     CHECK(one.size() == 1);
     const auto ch = one.renew();
     CHECK(!ch.changed());

@@ -53,6 +53,8 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <signal.h>
+
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
@@ -180,6 +182,7 @@ public:
         require(o_.renew_every >= 1, "comm::elastic_group: renew_every must be >= 1, got ", o_.renew_every);
         require(o_.liveness.count() == 0 || dynamic_cast<const c10d::TCPStore*>(store.get()) != nullptr,
                 "comm::elastic_group: liveness needs a c10d::TCPStore (its heartbeat uses a client of its own)");
+        ignore_sigpipe();
         user_store_ = store;
         if (const auto* tcp = dynamic_cast<const c10d::TCPStore*>(store.get()); tcp != nullptr)
             store_name_ = detail::concat(" at ", tcp->getHost(), ":", tcp->getPort());
@@ -525,6 +528,22 @@ private:
                         "this one with a free id"));
             return 0;
         });
+    }
+
+    // A write to the socket of a peer that just died raises SIGPIPE, whose default action
+    // ends the process: a survivor would die of its peer's death (seen in the soak: a worker
+    // killed with -13 between rounds). Where the process kept the default, it is ignored
+    // (the write then fails with EPIPE, which Gloo and the store report as errors that the
+    // protocol handles); a handler the process installed itself is left alone. Python
+    // ignores SIGPIPE already.
+    static void ignore_sigpipe() {
+        struct sigaction now {};
+        if (::sigaction(SIGPIPE, nullptr, &now) == 0 && now.sa_handler == SIG_DFL) {
+            struct sigaction ign {};
+            ign.sa_handler = SIG_IGN;
+            sigemptyset(&ign.sa_mask);
+            ::sigaction(SIGPIPE, &ign, nullptr);
+        }
     }
 
     // The job cannot go on (its start failed): say so in the store for the joiners.
