@@ -121,7 +121,7 @@ sleep 2
 "$worker" --store 127.0.0.1:$port --id 2 --initial 2 --steps 8 --interval 4 --dim 100000000 --inner tiny \
     --timeout-ms 120000 > "$tmp/j2.log" 2>&1
 wait $(jobs -p | grep -v "^$store_pid\$") 2>/dev/null || true
-join_s=$(sed -n 's/.*constructed in \([0-9.]*\) s (joined.*/\1/p' "$tmp/j2.log")
+join_s=$(sed -n 's/.*constructed in \([0-9.]*\) s.*(joined.*/\1/p' "$tmp/j2.log")
 bytes=$(sed -n 's/.*, \([0-9]*\) B of state moved.*/\1/p' "$tmp/j2.log")
 python3 -c "
 bw=$bw; b=$bytes; s=$join_s
