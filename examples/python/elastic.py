@@ -168,7 +168,10 @@ def worker(a: argparse.Namespace) -> int:
 
 def train(a: argparse.Namespace, model, opt, algo, start: int) -> int:
     loss = torch.tensor(float("nan"))
-    pause_step, pause_secs = (int(a.pause_at.split(":")[0]), float(a.pause_at.split(":")[1])) if a.pause_at else (-1, 0)
+    pause_step, pause_secs = -1, 0.0
+    if a.pause_at:
+        step, secs = a.pause_at.split(":")
+        pause_step, pause_secs = int(step), float(secs)
     for t in range(start, a.steps):
         if t == a.kill_at:
             print(f"worker {a.id}: killing itself at step {t}", flush=True)

@@ -91,7 +91,7 @@ class Elastic:
         if not isinstance(store, dist.Store):
             raise TypeError(f"trickle.Elastic: store must be a torch.distributed.Store (e.g. trickle.connect_store("
                             f"host, port)), got {type(store).__name__}")
-        for name, v, lo in (("id", id, 0), ("initial", initial, 1)):
+        for name, v, lo in (("id", id, 0), ("initial", initial, 1), ("renew_every", renew_every, 1)):
             if not isinstance(v, numbers.Integral) or isinstance(v, bool):
                 raise TypeError(f"trickle.Elastic: {name} must be an integer, got {type(v).__name__}")
             if v < lo:
@@ -104,10 +104,6 @@ class Elastic:
         for name, v in (("start_timeout", start_timeout), ("join_timeout", join_timeout)):
             if not isinstance(v, numbers.Real) or isinstance(v, bool) or not v > 0:
                 raise ValueError(f"trickle.Elastic: {name} must be > 0 seconds, got {v!r}")
-        if not isinstance(renew_every, numbers.Integral) or isinstance(renew_every, bool):
-            raise TypeError(f"trickle.Elastic: renew_every must be an integer, got {type(renew_every).__name__}")
-        if renew_every < 1:
-            raise ValueError(f"trickle.Elastic: renew_every must be >= 1, got {renew_every}")
         if not isinstance(hostname, str):
             raise TypeError(f"trickle.Elastic: hostname must be a string, got {type(hostname).__name__}")
         if not isinstance(job, str) or not job or "/" in job:

@@ -219,6 +219,26 @@ std::vector<outcome> run_kill(const std::string& name, const std::string& algori
     return live;
 }
 
+// 4 workers of `j` (its common options hold --hold-at); worker 3 runs with `fault` and dies
+// of it; once worker 0 holds, worker 3 is started again (a joiner). All four end identical,
+// and the three members each saw one worker leave and one join.
+void kill_and_restart(job& j, const std::string& fault) {
+    std::vector<std::string> keys;
+    for (int id = 0; id < 4; ++id)
+        keys.push_back(j.start(id, id == 3 ? std::vector<std::string>{"--fault", fault} : std::vector<std::string>{}));
+    CHECK(j.finish(keys[3]).status == -SIGKILL);
+    j.wait_holding(0);
+    const std::string again = j.start(3, {}, "b"); // its second incarnation: a joiner
+    std::vector<outcome> live;
+    for (int id = 0; id < 3; ++id) live.push_back(j.finish(keys[static_cast<std::size_t>(id)]));
+    live.push_back(j.finish(again));
+    check_same(live);
+    for (int id = 0; id < 3; ++id) {
+        CHECK(live[static_cast<std::size_t>(id)].left == 1);
+        CHECK(live[static_cast<std::size_t>(id)].joined == 1);
+    }
+}
+
 } // namespace
 
 TEST_CASE("elastic_group processes: no failure, every worker identical, epoch 0 throughout") {
@@ -300,21 +320,7 @@ TEST_CASE("elastic_group processes: a killed worker restarts with its id, joins,
         job j(std::string("restart_") + alg + "_" + fault);
         j.set_common({"--initial", "4", "--steps", "60", "--interval", "10", "--timeout-ms", "1500", "--hold-at", "35",
                       "--algorithm", alg});
-        std::vector<std::string> keys;
-        for (int id = 0; id < 4; ++id)
-            keys.push_back(j.start(id, id == 3 ? std::vector<std::string>{"--fault", fault} : std::vector<std::string>{}));
-        const outcome dead = j.finish(keys[3]);
-        CHECK(dead.status == -SIGKILL);
-        j.wait_holding(0);
-        const std::string again = j.start(3, {}, "b"); // its second incarnation: a joiner
-        std::vector<outcome> live;
-        for (int id = 0; id < 3; ++id) live.push_back(j.finish(keys[static_cast<std::size_t>(id)]));
-        live.push_back(j.finish(again));
-        check_same(live);
-        for (int id = 0; id < 3; ++id) {
-            CHECK(live[static_cast<std::size_t>(id)].left == 1);
-            CHECK(live[static_cast<std::size_t>(id)].joined == 1);
-        }
+        kill_and_restart(j, fault);
     }
 }
 
@@ -329,20 +335,7 @@ TEST_CASE("elastic_group processes: renew_every 8 — a kill inside an exchange,
         job j(std::string("every_") + every);
         j.set_common({"--initial", "4", "--steps", "60", "--interval", "10", "--timeout-ms", "1500", "--hold-at", "35",
                       "--algorithm", "sparta_diloco", "--renew-every", every});
-        std::vector<std::string> keys;
-        for (int id = 0; id < 4; ++id)
-            keys.push_back(j.start(id, id == 3 ? std::vector<std::string>{"--fault", "allreduce:5"} : std::vector<std::string>{}));
-        CHECK(j.finish(keys[3]).status == -SIGKILL);
-        j.wait_holding(0);
-        const std::string again = j.start(3, {}, "b");
-        std::vector<outcome> live;
-        for (int id = 0; id < 3; ++id) live.push_back(j.finish(keys[static_cast<std::size_t>(id)]));
-        live.push_back(j.finish(again));
-        check_same(live);
-        for (int id = 0; id < 3; ++id) {
-            CHECK(live[static_cast<std::size_t>(id)].left == 1);
-            CHECK(live[static_cast<std::size_t>(id)].joined == 1);
-        }
+        kill_and_restart(j, "allreduce:5");
     }
 }
 
@@ -799,4 +792,40 @@ TEST_CASE("elastic_group processes: random kill / freeze / restart schedules; no
         if (alg != "sparta") check_same(finished);
     }
     MESSAGE(schedules, " schedules passed: ", restarts_total, " restarts, ", late_total, " too late to rejoin");
+}
+
+TEST_CASE("elastic_group: a first worker lost before the first epoch fails the start at once, and tells the joiner") {
+    // Worker 1's first incarnation registered and died before it reached the start; its
+    // restart (incarnation 2) waits to join. Workers 0 and 2 must not wait start_timeout
+    // (5 minutes) for it: they raise naming it, and the restart learns that the start failed
+    // instead of waiting out its join_timeout.
+    auto server = trickle::comm::host_store(0);
+    const int port = server->getPort();
+    trickle::comm::elastic_group_options o;
+    o.initial = 3;
+    o.timeout = 5000ms;
+    o.job = "lost_at_start";
+    auto s = trickle::comm::connect_store("127.0.0.1", port);
+    s->add(o.job + "/inc/1", 1); // the first incarnation, gone
+    const auto t0 = std::chrono::steady_clock::now();
+    trickle::comm::elastic_group restart(trickle::comm::connect_store("127.0.0.1", port), 1, o);
+    REQUIRE(restart.incarnation() == 2);
+    CHECK(!restart.member());
+    std::string join_error;
+    std::thread joiner([&] {
+        try {
+            (void)restart.join(60s);
+        } catch (const trickle::comm_error& e) {
+            join_error = e.what();
+        }
+    });
+    for (int id : {0, 2}) {
+        INFO("worker ", id);
+        CHECK_THROWS_WITH_AS(trickle::comm::elastic_group(trickle::comm::connect_store("127.0.0.1", port), id, o),
+                             doctest::Contains("worker 1 ended before the first epoch formed"), trickle::comm_error);
+    }
+    joiner.join();
+    CHECK(join_error.find("cannot join: the job's start failed") != std::string::npos);
+    CHECK(join_error.find("worker 1 ended before the first epoch formed") != std::string::npos);
+    CHECK(std::chrono::steady_clock::now() - t0 < 30s);
 }

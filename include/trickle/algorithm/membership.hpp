@@ -126,9 +126,9 @@ bool welcome(Comm& comm, Engine& e, membership_stats& ms, const comm::membership
     // The state, from the donor; the joiners whose configuration matched apply it.
     const std::string blob = broadcast_blob(comm, me == donor ? e.transfer_state() : std::string(), donor);
     if (me == donor || i_join) ms.state_bytes += blob.size();
-    // The trainer's state, after it: a first byte 1, the CRC-32C of the bytes (4 bytes,
-    // little end first) and the bytes, or 0 and why the donor's save() failed (so that every
-    // rank still takes part in the broadcast).
+    // The trainer's state, after it: a first byte 1, the CRC-32C of the bytes (4 bytes, as
+    // the checkpoints write theirs) and the bytes, or 0 and why the donor's save() failed
+    // (so that every rank still takes part in the broadcast).
     std::string theirs;
     if (donor_carries) {
         std::string out;
@@ -138,7 +138,7 @@ bool welcome(Comm& comm, Engine& e, membership_stats& ms, const comm::membership
                 const std::uint32_t crc = crc32c(saved);
                 out.reserve(5 + saved.size());
                 out.push_back('\1');
-                for (int b = 0; b < 4; ++b) out.push_back(static_cast<char>((crc >> (8 * b)) & 0xFFu));
+                out.append(reinterpret_cast<const char*>(&crc), sizeof crc);
                 out += saved;
             } catch (const std::exception& ex) {
                 out = std::string(1, '\0') + concat("the donor could not save its trainer state: ", ex.what());
@@ -156,14 +156,11 @@ bool welcome(Comm& comm, Engine& e, membership_stats& ms, const comm::membership
         }
         if (mine_failed.empty() && donor_carries && trainer != nullptr) {
             std::uint32_t sent = 0;
-            if (theirs.size() >= 5 && theirs[0] == '\1')
-                for (int b = 0; b < 4; ++b)
-                    sent |= static_cast<std::uint32_t>(static_cast<unsigned char>(theirs[static_cast<std::size_t>(1 + b)]))
-                            << (8 * b);
-            if (theirs.empty() || (theirs[0] != '\1' && theirs[0] != '\0') || (theirs[0] == '\1' && theirs.size() < 5)) {
-                mine_failed = "the trainer state did not arrive whole";
-            } else if (theirs[0] == '\0') {
+            if (theirs.size() >= 5) std::memcpy(&sent, theirs.data() + 1, sizeof sent);
+            if (!theirs.empty() && theirs[0] == '\0') {
                 mine_failed = theirs.substr(1);
+            } else if (theirs.size() < 5 || theirs[0] != '\1') {
+                mine_failed = "the trainer state did not arrive whole";
             } else if (crc32c(theirs.data() + 5, theirs.size() - 5) != sent) {
                 mine_failed = concat("its trainer state '", trainer->name,
                                      "' arrived damaged (its CRC-32C does not match the donor's)");

@@ -339,7 +339,6 @@ public:
             throw invalid_argument(detail::concat("comm::elastic_group join: worker ", id_,
                                                   " already joined or left through this handle; use a new handle"));
         joined_ = true;
-        renewed_ = true; // admitted by a renewal: its failures are the members' to ride out
         const std::string A = detail::concat("adm/", id_, "/", inc_);
         std::string d = store_op("join", [&] {
             const std::int64_t i = store_->add("j/n", 1) - 1;
@@ -799,8 +798,9 @@ private:
             // arguments stays what it is.
             if (!pg_->backend_failed()) throw;
             // Before the first renewal (the algorithm's constructor: its agreement and first
-            // broadcast) no round can be redone: the start failed.
-            if (!renewed_) fail_job(detail::concat("worker ", id_, " saw a peer fail in epoch 0 before the first round: ",
+            // broadcast) no round can be redone: the start failed. (A joiner was admitted by
+            // a renewal: its failures are the members' to ride out.)
+            if (!renewed_ && !joined_) fail_job(detail::concat("worker ", id_, " saw a peer fail in epoch 0 before the first round: ",
                                                   e.what()));
             mark_broken();
             throw peer_failure(detail::concat("epoch ", view_.epoch, ": ", e.what()));

@@ -28,7 +28,6 @@
 #include <trickle/core/crc32c.hpp>
 #include <trickle/error.hpp>
 
-#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <functional>
@@ -36,7 +35,6 @@
 #include <limits>
 #include <ostream>
 #include <sstream>
-#include <streambuf>
 #include <string>
 #include <utility>
 #include <vector>
@@ -116,40 +114,6 @@ public:
         std::function<void(const staged_sections&)> check = {};     // throws invalid_argument for bad content
     };
 
-    // A stream buffer that appends to a string, and one that reads a string in place.
-    class string_sink : public std::streambuf {
-    public:
-        explicit string_sink(std::string& out) : out_(out) {}
-
-    protected:
-        std::streamsize xsputn(const char* p, std::streamsize n) override {
-            out_.append(p, static_cast<std::size_t>(n));
-            return n;
-        }
-        int_type overflow(int_type c) override {
-            if (!traits_type::eq_int_type(c, traits_type::eof())) out_.push_back(traits_type::to_char_type(c));
-            return traits_type::not_eof(c);
-        }
-
-    private:
-        std::string& out_;
-    };
-    class string_source : public std::streambuf {
-    public:
-        explicit string_source(const std::string& in) {
-            char* p = const_cast<char*>(in.data()); // only read: the get area never writes
-            setg(p, p, p + in.size());
-        }
-
-    protected:
-        std::streamsize xsgetn(char* p, std::streamsize n) override {
-            const std::streamsize k = std::min<std::streamsize>(n, egptr() - gptr());
-            std::memcpy(p, gptr(), static_cast<std::size_t>(k));
-            setg(eback(), gptr() + k, egptr());
-            return k;
-        }
-    };
-
     // `kind`: the checkpoint's kind ("sparta", "diloco", ...); the transfer's is kind + "-transfer".
     explicit replica_state(std::string kind = {}) : kind_(std::move(kind)) {}
 
@@ -218,35 +182,21 @@ public:
     }
 
     // ---- Membership: the state a live member sends a joiner, and its hash.
-    // The sections are read first and the stream is written into one string reserved for
-    // them all: a state of hundreds of megabytes is not regrown and copied as a string
-    // stream grows (measured in docs/elastic.md).
     std::string transfer() const {
-        std::vector<std::pair<const section*, std::string>> parts;
-        std::size_t total = 4096; // the header, each section's name and length, the trailer
-        for (const section& s : sections_)
-            if (s.use & sent) {
-                parts.emplace_back(&s, s.read());
-                total += parts.back().second.size() + s.name.size() + 64;
-            }
-        std::string out;
-        out.reserve(total);
-        string_sink sink(out);
-        std::ostream os(&sink);
+        std::ostringstream os;
         checkpoint_writer w(os);
         w.header(kind_ + "-transfer", config_hash_);
-        for (auto& [s, b] : parts) {
-            w.section(s->name, b.data(), b.size());
-            std::string().swap(b); // freed as soon as it is in the stream
-        }
+        for (const section& s : sections_)
+            if (s.use & sent) {
+                const std::string b = s.read();
+                w.section(s.name, b.data(), b.size());
+            }
         w.finish();
-        os.flush();
-        return out;
+        return std::move(os).str();
     }
     // Applies a transfer; throws trickle::error (nothing applied) when it is refused.
     void receive(const std::string& blob) {
-        string_source source(blob); // read in place, not copied into a string stream
-        std::istream is(&source);
+        std::istringstream is(blob);
         checkpoint_reader r(is);
         r.header(kind_ + "-transfer", config_hash_);
         staged_sections st;
