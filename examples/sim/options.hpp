@@ -23,6 +23,7 @@
 
 #include <trickle/aggregate/aggregate.hpp>
 #include <trickle/codec/registry.hpp>
+#include <trickle/core/fields.hpp>
 #include <trickle/core/type_list.hpp>
 #include <trickle/outer/registry.hpp>
 #include <trickle/sampler/registry.hpp>
@@ -131,19 +132,17 @@ decltype(auto) visit_kind(Kind k, F&& f) {
 // (--island-size), a schedule's end and length (--fraction-end, --outer-lr-end), an outer
 // optimizer's lr and momentum (--outer-lr, --outer-momentum). A policy added to a registry
 // takes the options its fields name, and no others.
+// The field traits are the library's (trickle/core/fields.hpp), by the names used here.
 template <class P>
-struct block_size_field : std::bool_constant<requires(P p) { p.block_size = std::size_t{1}; }> {};
+using block_size_field = trickle::fields::block_size<P>;
 template <class P>
-struct group_size_field : std::bool_constant<requires(P p) { p.size = 1; }> {};
+using group_size_field = trickle::fields::group_size<P>;
 template <class P>
-struct decay_fields : std::bool_constant<requires(P p) {
-    p.end_fraction = 0.5;
-    p.steps = std::uint64_t{1};
-}> {};
+using decay_fields = trickle::fields::decay<P>;
 template <class P>
-struct lr_field : std::bool_constant<requires(P p) { p.lr = 0.5; }> {};
+using lr_field = trickle::fields::lr<P>;
 template <class P>
-struct momentum_field : std::bool_constant<requires(P p) { p.momentum = 0.5; }> {};
+using momentum_field = trickle::fields::momentum<P>;
 
 // The schedules trickle-sim builds from its options: those with no parameters and those
 // that decay to --fraction-end (or --outer-lr-end) over the run. piecewise, whose points no

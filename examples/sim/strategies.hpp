@@ -269,15 +269,19 @@ inline trickle::codec::any make_codec(codec_kind k, int block) {
     });
 }
 
-// DiLoCo's outer gradient on the wire: a codec, or chunk top-k with that codec for the values.
-using outer_wire_choice = std::variant<trickle::codec::any, trickle::codec::chunk_topk<trickle::codec::any>>;
+// DiLoCo's outer gradient on the wire: a codec, or a sparsifier with that codec for the
+// values (the library's codec::any_sparsifier, built by name: --outer-topk C:K is
+// chunk_topk).
+using outer_wire_choice = std::variant<trickle::codec::any, trickle::codec::any_sparsifier>;
 
 inline outer_wire_choice make_outer_wire(const sim_config& c) {
     const trickle::codec::any values = make_codec(c.outer_codec, c.codec_block);
     if (c.topk_k == 0) return values;
-    return trickle::codec::chunk_topk<trickle::codec::any>{.chunk = static_cast<std::size_t>(c.topk_chunk),
-                                                           .k = static_cast<std::size_t>(c.topk_k),
-                                                           .values = values};
+    return trickle::codec::any_sparsifier::from_name(trickle::codec::chunk_topk<>::name,
+                                                     {.chunk = static_cast<std::size_t>(c.topk_chunk),
+                                                      .k = static_cast<std::size_t>(c.topk_k),
+                                                      .values = values},
+                                                     "--outer-topk");
 }
 
 inline trickle::sparta_options make_sparta_options(const sim_config& c) {
@@ -294,24 +298,14 @@ inline trickle::sparta_options make_sparta_options(const sim_config& c) {
 // gives the bits of the bare optimizer.
 using runtime_lr_schedule = trickle::schedule::any;
 
+// An optimizer with a learning rate runs as outer::maybe_lr_scheduled (the library's
+// front-end type: its schedule always set here); average, which has none, as itself.
 template <class Opt>
-using scheduled = trickle::outer::lr_scheduled<Opt, runtime_lr_schedule>;
+using scheduled = trickle::outer::maybe_lr_scheduled<Opt, runtime_lr_schedule>;
 
-namespace detail {
-// An optimizer with a learning rate is wrapped in lr_scheduled; average, which has none, is not.
 template <class Opt>
-struct with_lr_schedule {
-    using type = Opt;
-};
-template <trickle::outer::has_learning_rate Opt>
-struct with_lr_schedule<Opt> {
-    using type = scheduled<Opt>;
-};
-template <class Opt>
-using with_lr_schedule_t = typename with_lr_schedule<Opt>::type;
-} // namespace detail
-
-using outer_choice = trickle::type_list_map_t<detail::with_lr_schedule_t, trickle::outer::registry>::apply<std::variant>;
+using with_outer_schedule_t = trickle::outer::maybe_lr_scheduled_t<Opt, runtime_lr_schedule>;
+using outer_choice = trickle::type_list_map_t<with_outer_schedule_t, trickle::outer::registry>::apply<std::variant>;
 
 inline runtime_lr_schedule make_outer_lr_schedule(const sim_config& c) {
     // Outer steps in the run: the schedule's steps count them.
@@ -320,18 +314,13 @@ inline runtime_lr_schedule make_outer_lr_schedule(const sim_config& c) {
                       make_schedule(c.outer_lr_schedule, c.outer_lr_end, outer_steps, "--outer-lr-schedule"));
 }
 
+// The library builds the optimizer by name (outer::visit_named): --outer-lr and
+// --outer-momentum reach the fields it has.
 inline outer_choice make_outer(const sim_config& c) {
-    const runtime_lr_schedule lrs = make_outer_lr_schedule(c);
-    return visit_kind(c.outer, [&](auto t) -> outer_choice {
-        using O = typename decltype(t)::type;
-        O o{};
-        if constexpr (lr_field<O>::value) o.lr = c.outer_lr;
-        if constexpr (momentum_field<O>::value) o.momentum = c.outer_momentum;
-        if constexpr (trickle::outer::has_learning_rate<O>)
-            return scheduled<O>{o, lrs};
-        else
-            return o;
-    });
+    std::optional<runtime_lr_schedule> lrs;
+    if (kind_has<outer_kind, trickle::fields::lr>(c.outer)) lrs = make_outer_lr_schedule(c);
+    return trickle::outer::visit_named(name_of(c.outer), {.lr = c.outer_lr, .momentum = c.outer_momentum}, lrs,
+                                       [](const auto& o) -> outer_choice { return o; });
 }
 
 // `weight` is this worker's weight in DiLoCo's average: its shard size, so that uneven

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <trickle/codec/any.hpp>
+#include <trickle/codec/any_sparsifier.hpp>
 #include <trickle/codec/codecs.hpp>
 #include <trickle/codec/link.hpp>
 #include <trickle/codec/reduce.hpp>

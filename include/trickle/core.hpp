@@ -5,6 +5,7 @@
 #include <trickle/core/config_record.hpp>
 #include <trickle/core/crc32c.hpp>
 #include <trickle/core/dtype.hpp>
+#include <trickle/core/fields.hpp>
 #include <trickle/core/memory_space.hpp>
 #include <trickle/core/param_group.hpp>
 #include <trickle/core/philox.hpp>

@@ -8,11 +8,11 @@
 // are the variant policies schedule::any, topology::any and codec::any, so only the
 // sampler (SPARTA), the outer optimizer (DiLoCo), or both (SPARTA + DiLoCo) are template
 // arguments, and DiLoCo's outer gradient travels either through a codec (codec::any) or
-// through a sparsifier (outer_sparsifier below): two instantiations. The model wrappers
+// through a sparsifier (codec::any_sparsifier): two instantiations. The model wrappers
 // below (after trickle/torch/algorithms.hpp's) instantiate one engine per host dtype
 // (float32, float16, bfloat16) of each. Three choices cost no instantiation: an outer
-// learning-rate schedule (scheduled_outer wraps the optimizer and holds the schedule as a
-// schedule::any, or none), "native" (the codec of each group's dtype, chosen per group at
+// learning-rate schedule (outer::maybe_lr_scheduled wraps the optimizer and holds the
+// schedule as a schedule::any, or none), "native" (the codec of each group's dtype, chosen per group at
 // run time), and Streaming DiLoCo (plain diloco_options fields).
 #pragma once
 
@@ -25,7 +25,8 @@
 #include <trickle/aggregate/aggregate.hpp>
 #include <trickle/comm/async.hpp>
 #include <trickle/codec/any.hpp>
-#include <trickle/codec/sparse.hpp>
+#include <trickle/codec/any_sparsifier.hpp>
+#include <trickle/core/fields.hpp>
 #include <trickle/core/type_list.hpp>
 #include <trickle/outer.hpp>
 #include <trickle/sampler.hpp>
@@ -92,39 +93,22 @@ T get(const py::dict& d, const char* key) {
 // policy added to a registry takes the keywords its fields name; trickle._C.policy_options
 // tells the Python layer which those are, so that it refuses a keyword the chosen policy
 // has no use for.
-template <class P>
-inline constexpr bool has_block_size = requires(P p) { p.block_size = std::size_t{1}; };
+// The field traits are the library's (trickle/core/fields.hpp); the two below are this
+// package's keywords for fields of one sampler and of the warm-up.
+using trickle::fields::has_betas;
+using trickle::fields::has_block_size;
+using trickle::fields::has_chunk_k;
+using trickle::fields::has_decay;
+using trickle::fields::has_eps;
+using trickle::fields::has_fraction;
+using trickle::fields::has_group_size;
+using trickle::fields::has_lr;
+using trickle::fields::has_momentum;
+using trickle::fields::has_points;
 template <class P>
 inline constexpr bool has_layerwise_mode = requires(P p) { p.how = trickle::sampler::layerwise::mode::per_tensor; };
 template <class P>
-inline constexpr bool has_decay = requires(P p) {
-    p.end_fraction = 0.5;
-    p.steps = std::uint64_t{1};
-};
-template <class P>
-inline constexpr bool has_points = requires(P p) { p.points = std::vector<std::pair<std::uint64_t, double>>{}; };
-template <class P>
 inline constexpr bool warms_up = trickle::type_list_contains<trickle::schedule::warmed, P>;
-template <class P>
-inline constexpr bool has_group_size = requires(P p) { p.size = 1; };
-template <class P>
-inline constexpr bool has_lr = requires(P p) { p.lr = 0.5; };
-template <class P>
-inline constexpr bool has_momentum = requires(P p) { p.momentum = 0.5; };
-template <class P>
-inline constexpr bool has_betas = requires(P p) {
-    p.beta1 = 0.5;
-    p.beta2 = 0.5;
-};
-template <class P>
-inline constexpr bool has_eps = requires(P p) { p.eps = 0.5; };
-template <class P>
-inline constexpr bool has_chunk_k = requires(P p) {
-    p.chunk = std::size_t{1};
-    p.k = std::size_t{1};
-};
-template <class P>
-inline constexpr bool has_sparse_fraction = requires(P p) { p.fraction = 0.5; };
 
 // The keywords each family's policies may take, as above.
 template <class S>
@@ -168,7 +152,7 @@ template <class S>
 std::vector<std::string> sparsifier_keys() {
     std::vector<std::string> k;
     if constexpr (has_chunk_k<S>) k.insert(k.end(), {"sparse_chunk", "sparse_k"});
-    if constexpr (has_sparse_fraction<S>) k.emplace_back("sparse_fraction");
+    if constexpr (has_fraction<S>) k.emplace_back("sparse_fraction");
     return k;
 }
 
@@ -285,32 +269,18 @@ inline codec_choice make_codec(const py::dict& d, const char* key) {
     })};
 }
 
-// outer_sparsifier= with its fields, the values' codec resolved per group as codec_choice.
+// outer_sparsifier= with its fields (the library's sparsifier_settings), the values' codec
+// resolved per group as codec_choice.
 struct sparse_choice {
     std::string name;
-    std::size_t chunk = 64, k = 4;
-    double fraction = 0.01;
+    trickle::codec::sparsifier_settings settings{};
     codec_choice values{};
 
     template <class T>
-    outer_sparsifier for_type() const {
-        const trickle::codec::any v = values.for_type<T>();
-        const bool fp32 = std::holds_alternative<trickle::codec::fp32>(v.held);
-        return trickle::visit_name<sparsifier_registry>(name, "outer_sparsifier", [&](auto t) -> outer_sparsifier {
-            using S = typename decltype(t)::type;
-            S s{};
-            s.values = v;
-            if constexpr (has_chunk_k<S>) {
-                s.chunk = chunk;
-                s.k = k;
-                if (fp32) return {trickle::codec::chunk_topk<>{.chunk = chunk, .k = k}};
-            }
-            if constexpr (has_sparse_fraction<S>) {
-                s.fraction = fraction;
-                if (fp32) return {trickle::codec::random_k<>{.fraction = fraction}};
-            }
-            return {s};
-        });
+    trickle::codec::any_sparsifier for_type() const {
+        trickle::codec::sparsifier_settings s = settings;
+        s.values = values.for_type<T>();
+        return trickle::codec::any_sparsifier::from_name(name, s, "outer_sparsifier");
     }
 };
 
@@ -326,9 +296,9 @@ struct outer_wire {
         if (!s.is_none()) {
             sparse_choice c;
             c.name = s.cast<std::string>();
-            c.chunk = get<std::size_t>(d, "sparse_chunk");
-            c.k = get<std::size_t>(d, "sparse_k");
-            c.fraction = get<double>(d, "sparse_fraction");
+            c.settings.chunk = get<std::size_t>(d, "sparse_chunk");
+            c.settings.k = get<std::size_t>(d, "sparse_k");
+            c.settings.fraction = get<double>(d, "sparse_fraction");
             c.values = w.codec;
             w.sparse = c;
         }
@@ -355,59 +325,33 @@ struct outer_config {
     }
 };
 
-// The outer optimizer's plain values and its lr schedule, read under the GIL.
+// The outer optimizer's name, fields and lr schedule, read under the GIL.
 struct outer_values {
     std::string name;
-    bool has_lr = false, has_momentum = false;
-    double lr = 0, momentum = 0, beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+    trickle::outer::outer_settings settings{};
     std::optional<trickle::schedule::any> lr_schedule{};
 
     static outer_values from(const py::dict& d) {
         const outer_config c = outer_config::from(d);
         outer_values v;
         v.name = c.name;
-        v.has_lr = !c.lr.is_none();
-        v.has_momentum = !c.momentum.is_none();
-        if (v.has_lr) v.lr = c.lr.cast<double>();
-        if (v.has_momentum) v.momentum = c.momentum.cast<double>();
-        v.beta1 = c.beta1;
-        v.beta2 = c.beta2;
-        v.eps = c.eps;
+        if (!c.lr.is_none()) v.settings.lr = c.lr.cast<double>();
+        if (!c.momentum.is_none()) v.settings.momentum = c.momentum.cast<double>();
+        v.settings.beta1 = c.beta1;
+        v.settings.beta2 = c.beta2;
+        v.settings.eps = c.eps;
         v.lr_schedule = make_lr_schedule(d);
         return v;
     }
 };
 
-// Calls f(outer) with the named outer optimizer; each optimizer is one instantiation. The
-// fields the values give are set, the others keep the optimizer's defaults; an optimizer
-// with a learning rate comes as scheduled_outer (with the lr schedule, if any).
+// Calls f(outer) with the named outer optimizer (trickle::outer::visit_named): the fields
+// the values give set, the others the optimizer's defaults; one with a learning rate comes
+// as outer_of<O> (outer::maybe_lr_scheduled, with the lr schedule if any), the type
+// cuda_engines.hpp instantiates. Each optimizer is one instantiation.
 template <class F>
 decltype(auto) with_outer(const outer_values& v, F&& f) {
-    return trickle::visit_name<trickle::outer::registry>(v.name, "outer optimizer", [&](auto t) -> decltype(auto) {
-        using O = typename decltype(t)::type;
-        O o{};
-        if constexpr (has_lr<O>)
-            if (v.has_lr) o.lr = v.lr;
-        if constexpr (has_momentum<O>)
-            if (v.has_momentum) o.momentum = v.momentum;
-        if constexpr (has_betas<O>) {
-            o.beta1 = v.beta1;
-            o.beta2 = v.beta2;
-        }
-        if constexpr (has_eps<O>) o.eps = v.eps;
-        // The type handed on is outer_of<O> either way: the one cuda_engines.hpp instantiates.
-        if constexpr (trickle::outer::has_learning_rate<O>) {
-            outer_of<O> s{.optimizer = o};
-            if (v.lr_schedule) s.schedule = typename outer_of<O>::scheduled{.optimizer = o, .schedule = *v.lr_schedule};
-            return f(s);
-        } else {
-            static_assert(std::is_same_v<outer_of<O>, O>);
-            if (v.lr_schedule)
-                throw trickle::invalid_argument(trickle::detail::concat(
-                    "outer::", O::name, " has no learning rate to schedule (outer_lr_schedule)"));
-            return f(o);
-        }
-    });
+    return trickle::outer::visit_named(v.name, v.settings, v.lr_schedule, std::forward<F>(f));
 }
 
 inline trickle::sparta_options sparta_opts(const py::dict& d, const char* interval_key) {

@@ -2,4 +2,4 @@
 // parameters, the outer gradient through a sparsifier.
 #include "cuda_engines.hpp"
 
-TRICKLE_PY_DILOCO_ENGINES(template, ::trickle::half, ::trickle_py::outer_sparsifier)
+TRICKLE_PY_DILOCO_ENGINES(template, ::trickle::half, ::trickle::codec::any_sparsifier)

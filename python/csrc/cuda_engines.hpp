@@ -43,7 +43,7 @@ static_assert(std::is_same_v<trickle::outer::registry,
     TRICKLE_PY_SPARTA_ENGINE(PREFIX, T, block)                                                                        \
     TRICKLE_PY_SPARTA_ENGINE(PREFIX, T, layerwise)
 
-// Wire: ::trickle::codec::any or ::trickle_py::outer_sparsifier.
+// Wire: ::trickle::codec::any or ::trickle::codec::any_sparsifier.
 #define TRICKLE_PY_DILOCO_ENGINE(PREFIX, T, Wire, O)                                                                  \
     PREFIX class ::trickle::diloco_engine<::trickle_py::outer_of<::trickle::outer::O>, ::trickle::topology::any, T,  \
                                           ::trickle::cuda_space, ::trickle::comm::cuda_channel, Wire>;
@@ -62,6 +62,6 @@ static_assert(std::is_same_v<trickle::outer::registry,
     TRICKLE_PY_DILOCO_ENGINES(PREFIX, float, ::trickle::codec::any)                                                   \
     TRICKLE_PY_DILOCO_ENGINES(PREFIX, ::trickle::half, ::trickle::codec::any)                                         \
     TRICKLE_PY_DILOCO_ENGINES(PREFIX, ::trickle::bfloat16, ::trickle::codec::any)                                     \
-    TRICKLE_PY_DILOCO_ENGINES(PREFIX, float, ::trickle_py::outer_sparsifier)                                          \
-    TRICKLE_PY_DILOCO_ENGINES(PREFIX, ::trickle::half, ::trickle_py::outer_sparsifier)                                \
-    TRICKLE_PY_DILOCO_ENGINES(PREFIX, ::trickle::bfloat16, ::trickle_py::outer_sparsifier)
+    TRICKLE_PY_DILOCO_ENGINES(PREFIX, float, ::trickle::codec::any_sparsifier)                                          \
+    TRICKLE_PY_DILOCO_ENGINES(PREFIX, ::trickle::half, ::trickle::codec::any_sparsifier)                                \
+    TRICKLE_PY_DILOCO_ENGINES(PREFIX, ::trickle::bfloat16, ::trickle::codec::any_sparsifier)

@@ -269,7 +269,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
                                          [](auto t) { return codec_keys<typename decltype(t)::type>(); });
     add_family<trickle::outer::registry>(registry, policy_options, "outer",
                                          [](auto t) { return outer_keys<typename decltype(t)::type>(); });
-    add_family<sparsifier_registry>(registry, policy_options, "sparsifier",
+    add_family<trickle::codec::sparsifier_registry>(registry, policy_options, "sparsifier",
                                     [](auto t) { return sparsifier_keys<typename decltype(t)::type>(); });
     m.attr("registry") = registry;
     m.attr("policy_options") = policy_options;

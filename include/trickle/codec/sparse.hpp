@@ -348,6 +348,18 @@ private:
     }
 };
 
+// The scratch shared_positions_all_reduce needs for K kept values over `ranks` ranks
+// (keys: room for the positions).
+template <codec_policy Values>
+void reserve_shared_positions(const Values& values, sparse_scratch& s, std::size_t K, int ranks) {
+    s.keys.resize(std::max(s.keys.size(), K));
+    s.values.resize(std::max(s.values.size(), K));
+    if constexpr (!detail::fp32_values<Values>) {
+        s.packed_residual.resize(std::max(s.packed_residual.size(), K));
+        s.reduce.reserve(values, K, ranks);
+    }
+}
+
 // Random-k from the shared seed (see the top of this file): round(fraction n) positions, at
 // least 1, the same on every worker and new every round; no index is sent.
 //   codec::random_k<>{.fraction = 0.01}
@@ -392,13 +404,7 @@ struct random_k {
     }
 
     void reserve_scratch(sparse_scratch& s, std::size_t n, int ranks) const {
-        const std::size_t K = kept(n);
-        s.keys.resize(std::max(s.keys.size(), K));
-        s.values.resize(std::max(s.values.size(), K));
-        if constexpr (!detail::fp32_values<Values>) {
-            s.packed_residual.resize(std::max(s.packed_residual.size(), K));
-            s.reduce.reserve(values, K, ranks);
-        }
+        reserve_shared_positions(values, s, kept(n), ranks);
     }
 };
 
@@ -445,23 +451,26 @@ int sparse_all_reduce(const chunk_topk<Values>& sp, Comm& comm, float* buf, std:
     return N;
 }
 
+// In place on host memory: buf[0, n) = the sum over workers of buf at K positions pos[0, K)
+// (distinct, in [0, n), the same on every worker), zero elsewhere: the kept values packed
+// into K floats are summed by the dense machinery (fp32 values: comm.all_reduce_sum;
+// another value codec: codec::encoded_all_reduce). The whole sparse all-reduce of a
+// sparsifier whose positions every worker knows without sending them (random_k; a
+// sparsifier of your own: docs/extending.md), after it has written its positions. pos may
+// be scratch.keys. residual (n values, or null) and beta: error feedback, as the top of
+// this file says. Returns comm.size().
 template <codec_policy Values, byte_communicator Comm>
-int sparse_all_reduce(const random_k<Values>& sp, Comm& comm, float* buf, std::size_t n, sparse_scratch& s,
-                      float* residual = nullptr, float beta = 0.0f, std::uint64_t seed = 0, std::uint64_t round = 0) {
+int shared_positions_all_reduce(const Values& values, Comm& comm, float* buf, std::size_t n,
+                                const std::uint64_t* pos, std::size_t K, sparse_scratch& s,
+                                float* residual = nullptr, float beta = 0.0f) {
     static_assert(std::is_same_v<typename Comm::memory_space, host_space>,
                   "codec::sparse_all_reduce runs on host memory (device sparsifiers are not part of this version)");
-    if (!(sp.fraction > 0.0 && sp.fraction <= 1.0) || sp.values.block_values() == 0) require(false, sp.error());
-    const int N = comm.size();
-    const std::size_t K = sp.kept(n);
-    require(s.keys.size() >= K && s.values.size() >= K,
-            "codec::sparse_all_reduce: the scratch was reserved for fewer values than ", n);
-    if (n == 0) return N;
-
+    require(s.values.size() >= K, "codec::sparse_all_reduce: the scratch was reserved for fewer values than ", K,
+            " kept");
+    if (n == 0) return comm.size();
     if (residual != nullptr)
         for (std::size_t i = 0; i < n; ++i) buf[i] = feedback_value(buf[i], beta, residual[i]);
-    std::uint64_t* pos = s.keys.data();
     float* packed = s.values.data();
-    sp.positions(n, seed, round, pos);
     for (std::size_t j = 0; j < K; ++j) packed[j] = buf[pos[j]];
     if (residual != nullptr) std::copy(buf, buf + n, residual); // r = e; the sent positions below
 
@@ -474,17 +483,39 @@ int sparse_all_reduce(const random_k<Values>& sp, Comm& comm, float* buf, std::s
         if (residual != nullptr) {
             require(s.packed_residual.size() >= K, "codec::sparse_all_reduce: the scratch was reserved for fewer "
                                                    "values than ",
-                    n);
+                    K, " kept");
             pr = s.packed_residual.data();
             std::fill(pr, pr + K, -0.0f); // x + 0 * (-0) = x for every x, -0 included
         }
-        encoded_all_reduce(sp.values, comm, packed, K, s.reduce, pr, 0.0f);
+        encoded_all_reduce(values, comm, packed, K, s.reduce, pr, 0.0f);
         if (residual != nullptr)
             for (std::size_t j = 0; j < K; ++j) residual[pos[j]] = pr[j]; // e - decode(encode(e))
     }
     std::fill(buf, buf + n, 0.0f);
     for (std::size_t j = 0; j < K; ++j) buf[pos[j]] = packed[j];
-    return N;
+    return comm.size();
+}
+
+// What worker `me` of N sends in shared_positions_all_reduce of K kept values, by part.
+template <codec_policy Values>
+wire_parts shared_positions_parts(const Values& values, std::size_t K, int N, int me) {
+    if (K == 0 || N <= 1) return {};
+    if constexpr (detail::fp32_values<Values>)
+        return wire_parts{.codes = trickle::detail::all_reduce_bytes(K, sizeof(float), N, me)};
+    else
+        return encoded_all_reduce_parts(values, K, N, me);
+}
+
+template <codec_policy Values, byte_communicator Comm>
+int sparse_all_reduce(const random_k<Values>& sp, Comm& comm, float* buf, std::size_t n, sparse_scratch& s,
+                      float* residual = nullptr, float beta = 0.0f, std::uint64_t seed = 0, std::uint64_t round = 0) {
+    if (!(sp.fraction > 0.0 && sp.fraction <= 1.0) || sp.values.block_values() == 0) require(false, sp.error());
+    const std::size_t K = sp.kept(n);
+    require(s.keys.size() >= K && s.values.size() >= K,
+            "codec::sparse_all_reduce: the scratch was reserved for fewer values than ", n);
+    if (n == 0) return comm.size();
+    sp.positions(n, seed, round, s.keys.data());
+    return shared_positions_all_reduce(sp.values, comm, buf, n, s.keys.data(), K, s, residual, beta);
 }
 
 // What worker `me` of N sends in sparse_all_reduce of n values, by part (they sum to the
@@ -497,12 +528,8 @@ wire_parts sparse_all_reduce_parts(const chunk_topk<Values>& sp, std::size_t n, 
 
 template <codec_policy Values>
 wire_parts sparse_all_reduce_parts(const random_k<Values>& sp, std::size_t n, int N, int me) {
-    if (n == 0 || N <= 1) return {};
-    const std::size_t K = sp.kept(n);
-    if constexpr (detail::fp32_values<Values>)
-        return wire_parts{.codes = trickle::detail::all_reduce_bytes(K, sizeof(float), N, me)};
-    else
-        return encoded_all_reduce_parts(sp.values, K, N, me);
+    if (n == 0) return {};
+    return shared_positions_parts(sp.values, sp.kept(n), N, me);
 }
 
 } // namespace codec

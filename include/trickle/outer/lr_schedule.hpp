@@ -30,7 +30,9 @@
 #include <trickle/schedule/schedule.hpp>
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <utility>
 
 TRICKLE_NAMESPACE_BEGIN
 
@@ -72,6 +74,52 @@ struct lr_scheduled {
         return at.prepare(t);
     }
 };
+
+// An outer optimizer with a learning rate, with or without a schedule of it, chosen at run
+// time: with one it runs as lr_scheduled<Opt, Schedule>; without, as Opt itself (its bits,
+// its configuration fields, its checkpoints). One type for both, so a front end that
+// offers an optional schedule (Python's outer_lr_schedule=, trickle-sim's
+// --outer-lr-schedule) compiles one algorithm per optimizer: the rule prepare() returns is
+// Opt's either way. Typically Schedule is schedule::any.
+template <has_learning_rate Opt, schedule_policy Schedule>
+struct maybe_lr_scheduled {
+    using scheduled = lr_scheduled<Opt, Schedule>;
+    static constexpr const char* name = Opt::name;
+    static constexpr int state_slots = Opt::state_slots;
+
+    Opt optimizer{};
+    std::optional<scheduled> schedule{};
+
+    // opt, with `lr_schedule` over its learning rate where one is given.
+    static maybe_lr_scheduled of(const Opt& opt, std::optional<Schedule> lr_schedule = std::nullopt) {
+        maybe_lr_scheduled m{.optimizer = opt};
+        if (lr_schedule) m.schedule = scheduled{.optimizer = opt, .schedule = std::move(*lr_schedule)};
+        return m;
+    }
+
+    void describe(config_record& rec) const {
+        if (schedule)
+            schedule->describe(rec);
+        else
+            optimizer.describe(rec);
+    }
+    auto prepare(std::uint64_t t) const { return schedule ? schedule->prepare(t) : optimizer.prepare(t); }
+};
+
+// (No outer::detail namespace here: it would hide trickle::detail from the optimizers.)
+template <class Opt, class Schedule>
+struct maybe_lr_scheduled_of {
+    using type = Opt;
+};
+template <has_learning_rate Opt, class Schedule>
+struct maybe_lr_scheduled_of<Opt, Schedule> {
+    using type = maybe_lr_scheduled<Opt, Schedule>;
+};
+
+// The type a front end instantiates for Opt: maybe_lr_scheduled<Opt, Schedule> where Opt
+// has a learning rate, Opt itself (average) where it has none.
+template <class Opt, class Schedule>
+using maybe_lr_scheduled_t = typename maybe_lr_scheduled_of<Opt, Schedule>::type;
 
 } // namespace outer
 
