@@ -10,6 +10,7 @@
 //   - the loss goes down.
 //
 //   libtorch_trainer [--workers N] [--steps S] [--algo sparta|diloco|sparta-diloco|all]
+#include <trickle/algorithm/cost.hpp>
 #include <trickle/torch.hpp>
 #include <trickle/torch/gloo.hpp>
 
@@ -170,12 +171,10 @@ void train(const settings& cfg, const std::string& algo) {
                 if (!(last < first)) throw std::runtime_error("the loss did not go down");
                 if (algo == "diloco") {
                     // One outer step = the workers' 16-byte reports (who takes part), then one
-                    // all-reduce of every parameter's delta and the weight.
+                    // all-reduce of every parameter's delta and the weight (trickle::cost).
                     const std::size_t n = trickle::torch::params(*model).elements();
-                    const std::uint64_t reports =
-                        static_cast<std::uint64_t>(cfg.workers - 1) * sizeof(trickle::detail::worker_report);
                     const std::uint64_t expect = static_cast<std::uint64_t>(cfg.steps / H) *
-                                                 (trickle::detail::all_reduce_bytes(n + 1, 4, cfg.workers, r) + reports);
+                                                 trickle::cost::diloco_round(n, cfg.workers, r);
                     if (st.total.bytes_sent != expect) throw std::runtime_error("bytes differ from the cost model");
                 }
                 if (r == 0) {

@@ -4,7 +4,9 @@
 #include <trickle/algorithm/agreement.hpp>
 #include <trickle/algorithm/any.hpp>
 #include <trickle/algorithm/checkpoint.hpp>
+#include <trickle/algorithm/cost.hpp>
 #include <trickle/algorithm/ddp.hpp>
+#include <trickle/algorithm/demo.hpp>
 #include <trickle/algorithm/diloco.hpp>
 #include <trickle/algorithm/instantiate.hpp>
 #include <trickle/algorithm/sparta.hpp>

@@ -354,35 +354,23 @@ decltype(auto) with_outer(const outer_values& v, F&& f) {
     return trickle::outer::visit_named(v.name, v.settings, v.lr_schedule, std::forward<F>(f));
 }
 
+// The options' plain fields, by the library's list (trickle::for_each_option): each read
+// from the key of its name (SPARTA's interval from interval_key: "sparta_interval" in
+// SPARTADiLoCo).
 inline trickle::sparta_options sparta_opts(const py::dict& d, const char* interval_key) {
     trickle::sparta_options o;
-    o.fraction = get<double>(d, "fraction");
-    o.interval = get<std::uint64_t>(d, interval_key);
-    o.seed = get<std::uint64_t>(d, "seed");
-    o.broadcast_initial = get<bool>(d, "broadcast_initial");
-    o.stochastic_rounding = get<bool>(d, "stochastic_rounding");
-    o.overlap = get<bool>(d, "overlap");
+    trickle::for_each_option(o, [&](std::string_view name, auto& field) {
+        field = get<std::remove_reference_t<decltype(field)>>(d, name == "interval" ? interval_key
+                                                                                     : std::string(name).c_str());
+    });
     return o;
 }
 
 inline trickle::diloco_options diloco_opts(const py::dict& d) {
     trickle::diloco_options o;
-    o.interval = get<std::uint64_t>(d, "interval");
-    o.seed = get<std::uint64_t>(d, "seed");
-    o.weight = get<float>(d, "weight");
-    o.drop_probability = get<double>(d, "drop_probability");
-    o.prune_fraction = get<double>(d, "prune_fraction");
-    o.error_feedback = get<double>(d, "error_feedback");
-    o.broadcast_initial = get<bool>(d, "broadcast_initial");
-    o.stochastic_rounding = get<bool>(d, "stochastic_rounding");
-    // Streaming DiLoCo (docs/streaming.md).
-    o.fragments = get<std::uint64_t>(d, "fragments");
-    o.fragment_tensors = get<std::vector<std::uint32_t>>(d, "fragment_tensors");
-    o.overlap_steps = get<std::uint64_t>(d, "overlap_steps");
-    o.mix = get<double>(d, "mix");
-    o.carry_local = get<bool>(d, "carry_local");
-    // CUDA parameters: snapshot and outer state in pinned host memory (refused for CPU ones).
-    o.state_in_pinned_host = get<bool>(d, "state_in_pinned_host");
+    trickle::for_each_option(o, [&](std::string_view name, auto& field) {
+        field = get<std::remove_reference_t<decltype(field)>>(d, std::string(name).c_str());
+    });
     // How the outer step combines the contributions (docs/robustness.md): the rule's text,
     // read by the library's parser (the Python layer checked it through trickle._C.
     // parse_aggregate before the ranks agreed). Whether it suits the topology, the outer

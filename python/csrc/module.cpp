@@ -5,6 +5,8 @@
 
 #include <torch/version.h>
 
+#include <trickle/algorithm/cost.hpp>
+
 #if TRICKLE_PY_CUDA
 #include <trickle_py_build.hpp> // setup.py's choices: TRICKLE_PY_CUDA_ARCHS
 #endif
@@ -228,6 +230,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def(
         "parse_aggregate", [](const std::string& text) { return trickle::aggregate::parse(text).name(); },
         py::arg("text"));
+    // The cost model (trickle/algorithm/cost.hpp): the bytes one worker sends in the reports
+    // every outer round begins with, for N workers.
+    m.def("outer_report_bytes", &trickle::cost::outer_reports, py::arg("workers"));
     m.def("agree", &agree_python, py::arg("group"), py::arg("kind"), py::arg("error"), py::arg("overlaps") = false);
     // What this extension was built with (trickle.build_info()).
     py::dict info;
@@ -272,5 +277,21 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     add_family<trickle::codec::sparsifier_registry>(registry, policy_options, "sparsifier",
                                     [](auto t) { return sparsifier_keys<typename decltype(t)::type>(); });
     m.attr("registry") = registry;
+    // The defaults of the options' plain fields, from the library's list of them
+    // (trickle::for_each_option): the Python layer's defaults for those keywords.
+    py::dict option_defaults;
+    const auto defaults_of = [](const auto& options) {
+        py::dict d;
+        trickle::for_each_option(options, [&](std::string_view name, const auto& value) {
+            d[py::str(std::string(name))] = py::cast(value);
+        });
+        return d;
+    };
+    option_defaults["sparta"] = defaults_of(trickle::sparta_options{});
+    option_defaults["diloco"] = defaults_of(trickle::diloco_options{});
+    const trickle::codec::sparsifier_settings sparse{};
+    option_defaults["sparsifier"] = py::dict(py::arg("sparse_chunk") = sparse.chunk, py::arg("sparse_k") = sparse.k,
+                                             py::arg("sparse_fraction") = sparse.fraction);
+    m.attr("option_defaults") = option_defaults;
     m.attr("policy_options") = policy_options;
 }

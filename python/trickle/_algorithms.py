@@ -68,20 +68,25 @@ STATE_FORMAT = "trickle.checkpoint.v1"
 
 # ---------------------------------------------------------------------------------------
 # Options. Every keyword argument of the classes, with its default. Only these are accepted.
+# The options' plain fields (trickle::sparta_options, diloco_options) take the library's
+# defaults, which the extension hands over (trickle::for_each_option): one home for each.
+
+_LIB_SPARTA = _C.option_defaults["sparta"]
+_LIB_DILOCO = _C.option_defaults["diloco"]
 
 _COMMON = {
-    "seed": 0,
+    "seed": _LIB_SPARTA["seed"],
     "topology": "all_reduce",
     "island_size": 2,
-    "broadcast_initial": True,
+    "broadcast_initial": _LIB_SPARTA["broadcast_initial"],
     "codec_block": 64,
-    "stochastic_rounding": False,
+    "stochastic_rounding": _LIB_SPARTA["stochastic_rounding"],
     "group": None,
 }
 
 _SPARTA = {
-    "fraction": 0.005,
-    "interval": 1,
+    "fraction": _LIB_SPARTA["fraction"],
+    "interval": _LIB_SPARTA["interval"],
     "sampler": "uniform",
     "block_size": 256,
     "layerwise_mode": "per_tensor",
@@ -94,11 +99,11 @@ _SPARTA = {
     "codec": "fp32",
     # Overlapped SPARTA (sparta_options::overlap; docs/streaming.md): the exchange of step t
     # travels during the next step and is applied at step t + 1, corrected for the change.
-    "overlap": False,
+    "overlap": _LIB_SPARTA["overlap"],
 }
 
 _DILOCO = {
-    "interval": 500,
+    "interval": _LIB_DILOCO["interval"],
     "outer": "nesterov",
     "outer_lr": None,
     "momentum": None,
@@ -113,24 +118,24 @@ _DILOCO = {
     "outer_lr_points": None,
     "outer_lr_warmup_steps": 0,
     "outer_lr_warmup_start_fraction": 0.05,
-    "weight": 1.0,
-    "drop_probability": 0.0,
-    "prune_fraction": 0.0,
+    "weight": _LIB_DILOCO["weight"],
+    "drop_probability": _LIB_DILOCO["drop_probability"],
+    "prune_fraction": _LIB_DILOCO["prune_fraction"],
     "outer_codec": "fp32",
-    "error_feedback": 0.0,
+    "error_feedback": _LIB_DILOCO["error_feedback"],
     # A sparsifier of the outer gradient (codec/sparse.hpp), its values through outer_codec.
     "outer_sparsifier": None,
-    "sparse_chunk": 64,
-    "sparse_k": 4,
-    "sparse_fraction": 0.01,
+    "sparse_chunk": _C.option_defaults["sparsifier"]["sparse_chunk"],
+    "sparse_k": _C.option_defaults["sparsifier"]["sparse_k"],
+    "sparse_fraction": _C.option_defaults["sparsifier"]["sparse_fraction"],
     # Streaming DiLoCo (diloco_options; docs/streaming.md).
-    "fragments": 1,
+    "fragments": _LIB_DILOCO["fragments"],
     "fragment_tensors": None,
-    "overlap_steps": 0,
-    "mix": 0.0,
-    "carry_local": False,
+    "overlap_steps": _LIB_DILOCO["overlap_steps"],
+    "mix": _LIB_DILOCO["mix"],
+    "carry_local": _LIB_DILOCO["carry_local"],
     # CUDA parameters: the snapshot and the outer optimizer's state in pinned host memory.
-    "state_in_pinned_host": False,
+    "state_in_pinned_host": _LIB_DILOCO["state_in_pinned_host"],
     # How the outer step combines the workers' contributions (diloco_options::aggregate;
     # docs/robustness.md): the text aggregate::parse reads.
     "aggregate": "mean",

@@ -269,9 +269,8 @@ TEST_CASE("diloco: bytes per outer step are one all-reduce of the deltas and the
         CHECK(st[r].exchanges == 5);
         CHECK(st[r].values == 5 * (n + 1));
         // Each outer step: the all-reduce of the deltas and the weight, and the workers'
-        // reports (an all-gather of 16 bytes each, stage/aggregate.hpp).
-        const std::uint64_t reports = (N - 1) * sizeof(detail::worker_report);
-        CHECK(st[r].total.bytes_sent == 5 * (detail::all_reduce_bytes(n + 1, 4, N, r) + reports));
+        // reports (an all-gather of 16 bytes each, stage/aggregate.hpp): the cost model's round.
+        CHECK(st[r].total.bytes_sent == 5 * cost::diloco_round(n, N, r));
         CHECK(st[r].dense_bytes == 5 * H * detail::all_reduce_bytes(n, 4, N, r));
         CHECK(st[r].reduction() == doctest::Approx(H).epsilon(0.05)); // (the reports are 2.5% of this small model's bytes)
     }
@@ -516,8 +515,8 @@ TEST_CASE("sparta_diloco: sparse exchanges inside rounds, the outer step at thei
     for (int r = 0; r < N; ++r) {
         CHECK(st[r].steps == 3 * H);
         CHECK(st[r].exchanges == 3 * (H - 1) + 3);
-        const std::uint64_t sparse = 3 * (H - 1) * detail::all_reduce_bytes(detail::fraction_count(0.05, n), 4, N, r);
-        const std::uint64_t outer = 3 * (detail::all_reduce_bytes(n + 1, 4, N, r) + (N - 1) * sizeof(detail::worker_report));
+        const std::uint64_t sparse = 3 * (H - 1) * cost::sparta_exchange(0.05, n, N, r);
+        const std::uint64_t outer = 3 * cost::diloco_round(n, N, r);
         CHECK(st[r].total.bytes_sent == sparse + outer);
     }
     // After an outer step every replica holds the same parameters.

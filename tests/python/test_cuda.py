@@ -90,14 +90,17 @@ BYTE_FIELDS = ("exchanges", "values", "bytes_sent", "bytes_received", "code_byte
 # does not exchange them (a non-finite outer gradient is not excluded there), so its
 # counters are the CPU's less 16 (N - 1) bytes sent and received per outer round. (The
 # first GPU run of this file, 4 ranks over Gloo, found exactly that difference.)
-REPORT_BYTES = 16
+def report_bytes(n: int) -> int:
+    return trickle._C.outer_report_bytes(n)
+
+
 REPORT_FIELDS = ("bytes_sent", "bytes_received", "scale_bytes_sent")
 
 
 def same_stats(a: trickle.Stats, b: trickle.Stats, what: str, report_rounds: int = 0) -> None:
     """a: the CPU object's stats; b: the CUDA object's; report_rounds: the outer rounds whose
     reports only the CPU object sent."""
-    reports = 0 if DRY_RUN else REPORT_BYTES * (world() - 1) * report_rounds
+    reports = 0 if DRY_RUN else report_bytes(world()) * report_rounds
     for f in BYTE_FIELDS:
         expected = a[f] - (reports if f in REPORT_FIELDS else 0)
         assert expected == b[f], f"{what}: {f} is {b[f]} on CUDA, {a[f]} on the CPU (less {reports} of reports)"

@@ -755,7 +755,7 @@ def test_sparsifiers_bytes_and_sum():
 
     # The reports each outer round begins with (an all-gather of 16 bytes per worker) count
     # as scales, beside the weights' sum.
-    reports = (N - 1) * 16
+    reports = trickle._C.outer_report_bytes(N)
     st = top
     assert parts(st) == st.bytes_sent, ("chunk_topk: the parts do not sum to bytes_sent", repr(st))
     assert st.index_bytes_sent == (N - 1) * 189 and st.padding_bytes_sent == (N - 1) * 3, repr(st)
@@ -920,7 +920,7 @@ def test_overlap_across_processes():
     # N - 1 others first (who takes part: a non-finite outer gradient is excluded), which the
     # one-fragment in-flight round does without.
     assert d2.stats.code_bytes_sent == d1.stats.code_bytes_sent and d2.stats.exchanges == 1, (d1.stats, d2.stats)
-    assert d1.stats.bytes_sent - d2.stats.bytes_sent == 16 * (N - 1), (d1.stats, d2.stats)
+    assert d1.stats.bytes_sent - d2.stats.bytes_sent == trickle._C.outer_report_bytes(N), (d1.stats, d2.stats)
     # carry_local: the same late outer step lands plus the progress made while it travelled.
     c = torch.randn(n, generator=torch.Generator().manual_seed(10 + r))
     dc = trickle.DiLoCo([c], interval=4, outer="average", overlap_steps=2, carry_local=True)

@@ -188,6 +188,29 @@ def test_native_is_a_codec_name_everywhere():
     expect_raises(ValueError, lambda: trickle.DiLoCo(m, outer_codec="fp64"), "unknown outer_codec", "native")
 
 
+def test_option_defaults_are_the_librarys():
+    """The options' plain fields: the keywords of the same names take the library's defaults
+    (trickle::for_each_option, the one list the binding also reads the options by)."""
+    from trickle import _algorithms as A
+
+    lib = trickle._C.option_defaults
+    assert set(lib) == {"sparta", "diloco", "sparsifier"}, sorted(lib)
+    for kind, part in (("SPARTA", "sparta"), ("DiLoCo", "diloco"), ("SPARTADiLoCo", "diloco")):
+        for name, value in lib[part].items():
+            assert name in A._DEFAULTS[kind], (kind, name)
+            if name == "fragment_tensors":
+                assert value == [] and A._DEFAULTS[kind][name] is None  # None: balanced by size
+            elif kind == "SPARTADiLoCo" and name == "interval":
+                assert A._DEFAULTS[kind][name] == lib["diloco"]["interval"]
+            else:
+                assert A._DEFAULTS[kind][name] == value, (kind, name, A._DEFAULTS[kind][name], value)
+    assert lib["sparta"]["fraction"] == 0.005 and lib["diloco"]["interval"] == 500, lib
+    for name, value in lib["sparsifier"].items():
+        assert A._DEFAULTS["DiLoCo"][name] == value, (name, value)
+    # The report bytes of the cost model (trickle/algorithm/cost.hpp).
+    assert [trickle._C.outer_report_bytes(n) for n in (1, 2, 4)] == [0, 16, 48]
+
+
 TESTS = [
     test_names_are_the_registries,
     test_every_name_builds_and_steps,
@@ -196,6 +219,7 @@ TESTS = [
     test_keywords_apply_to_the_policies_that_take_them,
     test_outer_lr_schedules_by_name,
     test_native_is_a_codec_name_everywhere,
+    test_option_defaults_are_the_librarys,
 ]
 
 

@@ -40,7 +40,7 @@ std::uint64_t all_reduce_total(std::size_t count, int workers, int rank, std::ui
 
 // What each worker sends for the reports a DiLoCo outer round begins with (an all-gather of
 // 16 bytes per worker, whatever the topology: trickle/algorithm/stage/aggregate.hpp).
-std::uint64_t reports(int workers) { return static_cast<std::uint64_t>(workers - 1) * sizeof(trickle::detail::worker_report); }
+std::uint64_t reports(int workers) { return trickle::cost::outer_reports(workers); }
 
 } // namespace
 

@@ -355,7 +355,7 @@ TEST_CASE("diloco with each topology: a group applies one averaged outer gradien
             std::uint64_t want = 0;
             // Each outer round begins with the reports' all-gather over the world (16 bytes a worker).
             for (std::uint64_t t = 0; t < static_cast<std::uint64_t>(rounds); ++t)
-                want += expected_bytes(r, t) + static_cast<std::uint64_t>(N - 1) * sizeof(detail::worker_report);
+                want += expected_bytes(r, t) + cost::outer_reports(N);
             CHECK(st[static_cast<std::size_t>(r)].total.bytes_sent == want);
             CHECK(st[static_cast<std::size_t>(r)].total.bytes_received == want);
             CHECK(st[static_cast<std::size_t>(r)].exchanges == static_cast<std::uint64_t>(rounds));

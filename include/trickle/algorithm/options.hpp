@@ -15,7 +15,9 @@
 #include <trickle/schedule/schedule.hpp>
 
 #include <cmath>
+#include <concepts>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 TRICKLE_NAMESPACE_BEGIN
@@ -85,6 +87,43 @@ struct diloco_options {
     int min_workers = 1;
     bool join = false;
 };
+
+// The plain fields of the options that front ends set by name, each as f(name, field):
+// Python's keyword arguments of the same names (the binding reads them in this loop, and
+// trickle._C.option_defaults hands the defaults below to the Python layer, so a default
+// lives here only). The other fields (device_pool, aggregate, deadline, manual_outer,
+// min_workers, join) are set by the code that knows them. O is the options type, const or
+// not; adding a field a front end should set is one line here.
+template <class O, class F>
+    requires std::same_as<std::remove_const_t<O>, sparta_options>
+void for_each_option(O& o, F&& f) {
+    f("fraction", o.fraction);
+    f("interval", o.interval);
+    f("seed", o.seed);
+    f("broadcast_initial", o.broadcast_initial);
+    f("stochastic_rounding", o.stochastic_rounding);
+    f("overlap", o.overlap);
+}
+
+template <class O, class F>
+    requires std::same_as<std::remove_const_t<O>, diloco_options>
+void for_each_option(O& o, F&& f) {
+    f("interval", o.interval);
+    f("seed", o.seed);
+    f("weight", o.weight);
+    f("drop_probability", o.drop_probability);
+    f("prune_fraction", o.prune_fraction);
+    f("error_feedback", o.error_feedback);
+    f("broadcast_initial", o.broadcast_initial);
+    f("stochastic_rounding", o.stochastic_rounding);
+    f("state_in_pinned_host", o.state_in_pinned_host);
+    // Streaming DiLoCo (docs/streaming.md).
+    f("fragments", o.fragments);
+    f("fragment_tensors", o.fragment_tensors);
+    f("overlap_steps", o.overlap_steps);
+    f("mix", o.mix);
+    f("carry_local", o.carry_local);
+}
 
 namespace detail {
 

@@ -408,6 +408,63 @@ struct random_k {
     }
 };
 
+// Random k per chunk from the shared seed: in every chunk of C consecutive values (the last
+// may be partial, m < C: it keeps min(k, m)), k in-chunk positions drawn from a Feistel
+// permutation of [0, C) keyed by the seed, the round and the chunk, the same on every
+// worker, so no index is sent and the kept values are summed by the dense all-reduce
+// (codec::shared_positions_all_reduce), O(k) per chunk received per worker instead of the
+// all-gather's O(N k). DeMo's shared-index variant (algorithm/demo.hpp) chooses its DCT
+// coefficients so; it is chunk_topk's shape with shared instead of own positions.
+//   codec::chunk_randk<>{.chunk = 64, .k = 4}
+// Valid: 1 <= k <= chunk <= 2^32, and a valid value codec.
+template <codec_policy Values = fp32>
+struct chunk_randk {
+    static constexpr const char* name = "chunk_randk";
+    using value_codec = Values;
+    std::size_t chunk = 64;
+    std::size_t k = 4;
+    Values values = {};
+
+    std::string error() const {
+        if (chunk == 0) return "codec::chunk_randk: chunk must be >= 1, got 0";
+        if (chunk > (std::size_t{1} << 32))
+            return trickle::detail::concat("codec::chunk_randk: chunk must be <= 2^32, got ", chunk);
+        if (k == 0) return "codec::chunk_randk: k must be >= 1, got 0";
+        if (k > chunk)
+            return trickle::detail::concat("codec::chunk_randk: k must be <= chunk, got k = ", k, " > chunk = ", chunk);
+        config_record inner;
+        values.describe(inner);
+        if (!inner.error().empty()) return trickle::detail::concat("codec::chunk_randk: value codec: ", inner.error());
+        return {};
+    }
+    void describe(config_record& rec) const {
+        rec.add("sparsifier", name).add("sparse_chunk", chunk).add("sparse_k", k);
+        detail::describe_values(values, rec, name);
+        const std::string e = error();
+        if (!e.empty()) rec.set_error(e);
+    }
+    std::size_t kept(std::size_t n) const { return n / chunk * k + std::min(k, n % chunk); }
+    std::size_t payload_bytes(std::size_t n) const { return values.wire_bytes(kept(n)); }
+
+    // pos[0, kept(n)) = round `round`'s positions, chunk by chunk (each chunk's ascending
+    // in permutation order, not sorted).
+    void positions(std::size_t n, std::uint64_t seed, std::uint64_t round, std::uint64_t* pos) const {
+        const std::uint64_t base =
+            mix64(seed ^ trickle::detail::stream_id(trickle::detail::stream_tag::chunk_random_k, round));
+        std::size_t j = 0;
+        for (std::size_t c0 = 0, c = 0; c0 < n; c0 += chunk, ++c) {
+            const std::size_t m = std::min(chunk, n - c0), take = std::min(k, m);
+            const feistel_permutation perm(m, mix64(base ^ mix64(static_cast<std::uint64_t>(c))));
+            perm.images(0, take, pos + j);
+            for (std::size_t t = 0; t < take; ++t) pos[j + t] += c0;
+            j += take;
+        }
+    }
+    void reserve_scratch(sparse_scratch& s, std::size_t n, int ranks) const {
+        reserve_shared_positions(values, s, kept(n), ranks);
+    }
+};
+
 // In place on host memory: buf[0, n) = the sum over workers of every worker's sparsified
 // buf (see the top of this file); identical bits on every worker. Collective; needs a
 // byte_communicator over host memory. scratch must have been reserved for at least n values
@@ -526,6 +583,24 @@ wire_parts sparse_all_reduce_parts(const chunk_topk<Values>& sp, std::size_t n, 
     return sp.wire_parts_of(n) * static_cast<std::uint64_t>(N - 1);
 }
 
+template <codec_policy Values, byte_communicator Comm>
+int sparse_all_reduce(const chunk_randk<Values>& sp, Comm& comm, float* buf, std::size_t n, sparse_scratch& s,
+                      float* residual = nullptr, float beta = 0.0f, std::uint64_t seed = 0, std::uint64_t round = 0) {
+    if (const std::string e = sp.error(); !e.empty()) require(false, e);
+    const std::size_t K = sp.kept(n);
+    require(s.keys.size() >= K && s.values.size() >= K,
+            "codec::sparse_all_reduce: the scratch was reserved for fewer values than ", n);
+    if (n == 0) return comm.size();
+    sp.positions(n, seed, round, s.keys.data());
+    return shared_positions_all_reduce(sp.values, comm, buf, n, s.keys.data(), K, s, residual, beta);
+}
+
+template <codec_policy Values>
+wire_parts sparse_all_reduce_parts(const chunk_randk<Values>& sp, std::size_t n, int N, int me) {
+    if (n == 0) return {};
+    return shared_positions_parts(sp.values, sp.kept(n), N, me);
+}
+
 template <codec_policy Values>
 wire_parts sparse_all_reduce_parts(const random_k<Values>& sp, std::size_t n, int N, int me) {
     if (n == 0) return {};
@@ -534,6 +609,7 @@ wire_parts sparse_all_reduce_parts(const random_k<Values>& sp, std::size_t n, in
 
 } // namespace codec
 
-static_assert(codec::sparsifier_policy<codec::chunk_topk<>> && codec::sparsifier_policy<codec::random_k<>>);
+static_assert(codec::sparsifier_policy<codec::chunk_topk<>> && codec::sparsifier_policy<codec::random_k<>> &&
+              codec::sparsifier_policy<codec::chunk_randk<>>);
 
 TRICKLE_NAMESPACE_END

@@ -26,6 +26,7 @@ enum class stream_tag : std::uint64_t {
     topology = 6, // the groups of gossip and islands (topology/groups.hpp)
     codec = 7,    // stochastic rounding of the codecs (codec::philox_words), per exchange
     random_k = 16, // codec::random_k's positions, per outer round
+    chunk_random_k = 17, // codec::chunk_randk's positions, per round (DeMo's shared-index variant)
     user = 64,
 };
 
