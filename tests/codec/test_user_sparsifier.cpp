@@ -38,6 +38,8 @@ template <trickle::codec_policy Values = codec::fp32>
 struct strided_k {
     static constexpr const char* name = "strided_k";
     using value_codec = Values;
+    template <trickle::codec_policy W>
+    using with_values = strided_k<W>; // needed only to be registered (codec::any_sparsifier)
     std::size_t stride = 8;
     Values values{};
 

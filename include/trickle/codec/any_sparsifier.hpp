@@ -55,15 +55,10 @@ struct sparsifier_settings {
 
 namespace detail {
 
-// S<any> as S<fp32>: the same sparsifier with plain fp32 values.
+// S<any> as S<fp32>: the same sparsifier with plain fp32 values (every registered
+// sparsifier names itself over another value codec as S::with_values<W>).
 template <class S>
-struct with_fp32_values;
-template <template <codec_policy> class S, class V>
-struct with_fp32_values<S<V>> {
-    using type = S<fp32>;
-};
-template <class S>
-using with_fp32_values_t = typename with_fp32_values<S>::type;
+using with_fp32_values_t = typename S::template with_values<fp32>;
 
 template <class... S>
 std::variant<with_fp32_values_t<S>..., S...> any_sparsifier_variant(type_list<S...>*);

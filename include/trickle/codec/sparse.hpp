@@ -166,6 +166,8 @@ template <codec_policy Values = fp32>
 struct chunk_topk {
     static constexpr const char* name = "chunk_topk";
     using value_codec = Values;
+    template <codec_policy W>
+    using with_values = chunk_topk<W>; // the same sparsifier over another value codec
     std::size_t chunk = 64;
     std::size_t k = 4;
     Values values = {};
@@ -369,6 +371,8 @@ template <codec_policy Values = fp32>
 struct random_k {
     static constexpr const char* name = "random_k";
     using value_codec = Values;
+    template <codec_policy W>
+    using with_values = random_k<W>; // the same sparsifier over another value codec
     double fraction = 0.01;
     Values values = {};
 
@@ -421,6 +425,8 @@ template <codec_policy Values = fp32>
 struct chunk_randk {
     static constexpr const char* name = "chunk_randk";
     using value_codec = Values;
+    template <codec_policy W>
+    using with_values = chunk_randk<W>; // the same sparsifier over another value codec
     std::size_t chunk = 64;
     std::size_t k = 4;
     Values values = {};
