@@ -150,6 +150,27 @@ void describe_values(const Values& v, config_record& rec, const char* who) {
     if (!inner.error().empty()) rec.set_error(trickle::detail::concat("codec::", who, ": value codec: ", inner.error()));
 }
 
+// The parameter check of a sparsifier that keeps k of every chunk (chunk_topk,
+// chunk_randk): "" when 1 <= k <= chunk <= 2^32 and the value codec is valid.
+template <class Values>
+std::string chunk_k_error(const char* who, std::size_t chunk, std::size_t k, const Values& values) {
+    if (chunk == 0) return trickle::detail::concat("codec::", who, ": chunk must be >= 1, got 0");
+    if (chunk > (std::size_t{1} << 32))
+        return trickle::detail::concat("codec::", who, ": chunk must be <= 2^32, got ", chunk);
+    if (k == 0) return trickle::detail::concat("codec::", who, ": k must be >= 1, got 0");
+    if (k > chunk)
+        return trickle::detail::concat("codec::", who, ": k must be <= chunk, got k = ", k, " > chunk = ", chunk);
+    config_record inner;
+    values.describe(inner);
+    if (!inner.error().empty()) return trickle::detail::concat("codec::", who, ": value codec: ", inner.error());
+    return {};
+}
+
+// Values kept of n by k of every chunk (the last chunk partial): (n / C) k + min(k, n % C).
+constexpr std::size_t chunk_kept(std::size_t n, std::size_t chunk, std::size_t k) {
+    return n / chunk * k + std::min(k, n % chunk);
+}
+
 // Whether a value codec moves plain fp32 values.
 template <class Values>
 constexpr bool fp32_values = std::is_same_v<Values, fp32>;
@@ -173,18 +194,7 @@ struct chunk_topk {
     Values values = {};
 
     // "" when the parameters are valid, else what is wrong (the error describe() sets).
-    std::string error() const {
-        if (chunk == 0) return "codec::chunk_topk: chunk must be >= 1, got 0";
-        if (chunk > (std::size_t{1} << 32))
-            return trickle::detail::concat("codec::chunk_topk: chunk must be <= 2^32, got ", chunk);
-        if (k == 0) return "codec::chunk_topk: k must be >= 1, got 0";
-        if (k > chunk)
-            return trickle::detail::concat("codec::chunk_topk: k must be <= chunk, got k = ", k, " > chunk = ", chunk);
-        config_record inner;
-        values.describe(inner);
-        if (!inner.error().empty()) return trickle::detail::concat("codec::chunk_topk: value codec: ", inner.error());
-        return {};
-    }
+    std::string error() const { return detail::chunk_k_error(name, chunk, k, values); }
 
     void describe(config_record& rec) const {
         rec.add("sparsifier", name).add("sparse_chunk", chunk).add("sparse_k", k);
@@ -196,7 +206,7 @@ struct chunk_topk {
     unsigned index_bits() const { return detail::index_bits(chunk); }
     std::size_t chunks(std::size_t n) const { return (n + chunk - 1) / chunk; }
     // Values kept of n: (n / chunk) k + min(k, n % chunk).
-    std::size_t kept(std::size_t n) const { return n / chunk * k + std::min(k, n % chunk); }
+    std::size_t kept(std::size_t n) const { return detail::chunk_kept(n, chunk, k); }
     std::size_t index_bytes(std::size_t n) const {
         return detail::round_up4(detail::packed_bytes(kept(n), index_bits()));
     }
@@ -431,25 +441,14 @@ struct chunk_randk {
     std::size_t k = 4;
     Values values = {};
 
-    std::string error() const {
-        if (chunk == 0) return "codec::chunk_randk: chunk must be >= 1, got 0";
-        if (chunk > (std::size_t{1} << 32))
-            return trickle::detail::concat("codec::chunk_randk: chunk must be <= 2^32, got ", chunk);
-        if (k == 0) return "codec::chunk_randk: k must be >= 1, got 0";
-        if (k > chunk)
-            return trickle::detail::concat("codec::chunk_randk: k must be <= chunk, got k = ", k, " > chunk = ", chunk);
-        config_record inner;
-        values.describe(inner);
-        if (!inner.error().empty()) return trickle::detail::concat("codec::chunk_randk: value codec: ", inner.error());
-        return {};
-    }
+    std::string error() const { return detail::chunk_k_error(name, chunk, k, values); }
     void describe(config_record& rec) const {
         rec.add("sparsifier", name).add("sparse_chunk", chunk).add("sparse_k", k);
         detail::describe_values(values, rec, name);
         const std::string e = error();
         if (!e.empty()) rec.set_error(e);
     }
-    std::size_t kept(std::size_t n) const { return n / chunk * k + std::min(k, n % chunk); }
+    std::size_t kept(std::size_t n) const { return detail::chunk_kept(n, chunk, k); }
     std::size_t payload_bytes(std::size_t n) const { return values.wire_bytes(kept(n)); }
 
     // pos[0, kept(n)) = round `round`'s positions, chunk by chunk (each chunk's ascending
