@@ -7,6 +7,7 @@
 #include "common.hpp"
 #include "host_copy.hpp"
 
+#include <trickle/algorithm/demo.hpp>
 #include <trickle/algorithm/diloco.hpp>
 #include <trickle/algorithm/flat_params.hpp>
 #include <trickle/comm/local.hpp>
@@ -14,6 +15,7 @@
 #include <trickle/core/philox.hpp>
 #include <trickle/exec/buffer.hpp>
 #include <trickle/exec/host.hpp>
+#include <trickle/kernels/dct.hpp>
 #include <trickle/kernels/diloco.hpp>
 #include <trickle/outer/momentum.hpp>
 #include <trickle/sampler/random_batch.hpp>
@@ -27,6 +29,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <random>
 #include <string>
 #include <thread>
 #include <type_traits>
@@ -338,6 +341,77 @@ void bm_diloco(benchmark::State& state, const tb::diloco_case c) {
     tb::report(state, {bytes, bytes}, b_copy);
 }
 
+// ---------------------------------------------------------------- DeMo
+
+// DeMo's passes over one tensor of n = rows x cols floats (rows = 1: a vector, 1-D chunks;
+// else s x s tiles), chunked as demo_engine chunks it (append_dct_chunks):
+//   encode   the gradient's DCT into the coefficient slots (dct_encode_body);
+//   decode   the slots' inverse DCT and the sign update of the parameters (dct_decode_body);
+//   step     demo_engine::step over comm::local with one worker: encode, the top-k error
+//            feedback and its (one-worker) exchange, decode.
+// Bytes: encode reads the gradient and writes the slots (8 n), decode reads the slots and
+// reads and writes the parameters (12 n); step counts both. The DCT does 2 m flops
+// per value for each axis of length m (m multiplies, m adds), so it is compute bound: flops_per_byte says how much
+// (encode: 16 for 1-D chunks of 64, 32 for 64 x 64 tiles), GFLOPs the rate reached.
+enum class demo_pass { encode, decode, step };
+
+void bm_demo(benchmark::State& state, demo_pass pass, std::size_t rows, std::size_t cols, std::size_t s) {
+    if (tb::smoke()) {
+        rows = std::min<std::size_t>(rows, s);
+        cols = std::min<std::size_t>(cols, 4 * s);
+    }
+    const std::size_t n = rows * cols;
+    std::vector<float> params(n), grads(n);
+    std::mt19937 rng(tb::seed);
+    std::uniform_real_distribution<float> value(-0.5f, 0.5f);
+    for (std::size_t i = 0; i < n; ++i) {
+        params[i] = value(rng);
+        grads[i] = value(rng);
+    }
+    // One transform (forward or inverse): 2 m flops per value per axis of length m.
+    const double flops_per_value = 2.0 * static_cast<double>(std::min(s, cols) + (rows > 1 ? std::min(s, rows) : 0));
+    const double bytes_per_value = pass == demo_pass::encode ? 8.0 : pass == demo_pass::decode ? 12.0 : 20.0;
+    if (pass == demo_pass::step) {
+        trickle::comm::local_world world(1);
+        trickle::comm::local comm = world.rank(0);
+        const trickle::param_group<float> p{{"w", params.data(), n}}, g{{"g", grads.data(), n}};
+        trickle::demo_engine<trickle::comm::local> demo(p, g, {{rows, cols}}, comm,
+                                                        {.lr = 1e-6, .chunk = s, .k = std::min<std::size_t>(32, s)});
+        for (auto _ : state) {
+            demo.step(trickle::exec::host{});
+            benchmark::ClobberMemory();
+        }
+    } else {
+        std::vector<trickle::dct_chunk> vectors, tiles;
+        trickle::append_dct_chunks(vectors, tiles, 0, rows, cols, s);
+        const std::vector<trickle::dct_chunk>& chunks = rows == 1 ? vectors : tiles;
+        const std::size_t slot = rows == 1 ? s : s * s;
+        const trickle::dct_bases bases(s);
+        std::vector<float> coef(chunks.size() * slot);
+        const float* in[] = {grads.data()};
+        float* out[] = {params.data()};
+        const trickle::exec::host ex;
+        const trickle::dct_encode_body enc{chunks.data(), bases.data(), in, coef.data(), slot, s};
+        trickle::detail::run_ranges(ex, chunks.size(), enc);
+        const trickle::dct_decode_body<trickle::demo_sign_update> dec{
+            chunks.data(), bases.data(), coef.data(), out, slot, s, trickle::demo_sign_update{1e-6f, 0.0f, 1.0f}};
+        for (auto _ : state) {
+            if (pass == demo_pass::encode)
+                trickle::detail::run_ranges(ex, chunks.size(), enc);
+            else
+                trickle::detail::run_ranges(ex, chunks.size(), dec);
+            benchmark::ClobberMemory();
+        }
+    }
+    const double it = static_cast<double>(state.iterations()), values = static_cast<double>(n) * it;
+    const double bytes = bytes_per_value * values;
+    tb::report(state, {bytes, bytes}, b_copy);
+    const double flops = flops_per_value * values * (pass == demo_pass::step ? 2.0 : 1.0);
+    state.counters["flops_per_byte"] = flops / bytes;
+    state.counters["GFLOPs"] = benchmark::Counter(flops / 1e9, benchmark::Counter::kIsRate);
+    state.counters["values_per_second"] = benchmark::Counter(values, benchmark::Counter::kIsRate);
+}
+
 // ---------------------------------------------------------------- comm::local all-reduce
 
 // Rank 0 is the benchmark thread; ranks 1..N-1 are helpers told by a one-float broadcast
@@ -403,6 +477,17 @@ void register_all() {
         else
             benchmark::RegisterBenchmark(c.name().c_str(), bm_diloco<bfloat16>, c)->Unit(benchmark::kMicrosecond);
     }
+    for (const auto& [pass, what] : {std::pair{demo_pass::encode, "encode"}, std::pair{demo_pass::decode, "decode"},
+                                     std::pair{demo_pass::step, "step"}})
+        for (const std::size_t s : {std::size_t{32}, std::size_t{64}}) {
+            const std::string tag = std::string("demo/") + what + "/s" + std::to_string(s);
+            benchmark::RegisterBenchmark((tag + "/vector/1M").c_str(), bm_demo, pass, std::size_t{1},
+                                         std::size_t{1} << 20, s)
+                ->Unit(benchmark::kMillisecond);
+            benchmark::RegisterBenchmark((tag + "/matrix/1024x1024").c_str(), bm_demo, pass, std::size_t{1024},
+                                         std::size_t{1024}, s)
+                ->Unit(benchmark::kMillisecond);
+        }
     for (int workers : {2, 4, 8})
         for (std::size_t n : {std::size_t{1} << 12, std::size_t{1} << 18, std::size_t{1} << 22}) {
             const std::size_t floats = tb::smoke() ? std::min<std::size_t>(n, 1024) : n;

@@ -760,6 +760,10 @@ std::unique_ptr<bound_algorithm> make_sparta_diloco(process_group_ptr pg, const 
                                                     const py::dict& opts);
 // The dense baseline (ddp.cpp): every parameter averaged every `interval` steps.
 std::unique_ptr<bound_algorithm> make_ddp(process_group_ptr pg, const named_tensors& params, const py::dict& opts);
+// trickle.DeMo's engine class, _C.DeMoEngine (demo.cpp).
+void bind_demo(py::module_& m);
+// trickle::exchange_stats as the dict trickle.Stats reads (module.cpp).
+py::dict stats_dict(const trickle::exchange_stats& s);
 
 // DiLoCo over `comm` with the outer gradient through `wire` (a codec_choice or a
 // sparse_choice), one instantiation per outer optimizer; called without the GIL.

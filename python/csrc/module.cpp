@@ -14,7 +14,6 @@
 #include <exception>
 
 namespace trickle_py {
-namespace {
 
 py::dict stats_dict(const trickle::exchange_stats& s) {
     py::dict d;
@@ -39,6 +38,8 @@ py::dict stats_dict(const trickle::exchange_stats& s) {
     d["padding_bytes_sent"] = s.sent.padding;
     return d;
 }
+
+namespace {
 
 // trickle::aggregation_stats (trickle/algorithm/stats.hpp) as the dict trickle.Aggregation reads.
 py::dict aggregation_dict(const trickle::aggregation_stats& s) {
@@ -225,6 +226,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           py::arg("carry_load"), py::arg("params"), py::arg("options"));
     m.def("sparta_diloco", &make_sparta_diloco, py::arg("group"), py::arg("params"), py::arg("options"));
     m.def("ddp", &make_ddp, py::arg("group"), py::arg("params"), py::arg("options"));
+    bind_demo(m); // trickle.DeMo's engine (demo.cpp)
     // diloco_options::aggregate's text ("mean", "trimmed:K", "median", "clip:TAU") as the
     // library reads it: the rule's name, or ValueError with the library's message.
     m.def(

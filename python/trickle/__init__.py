@@ -26,6 +26,7 @@ from ._algorithms import (
     TOPOLOGIES,
     STATE_FORMAT,
 )
+from ._demo import DeMo
 from ._errors import CommError, MismatchError
 from ._hooks import HookHandle
 from ._stats import Aggregation, Stats
@@ -54,6 +55,7 @@ __all__ = [
     "DiLoCo",
     "SPARTADiLoCo",
     "DDP",
+    "DeMo",
     "Stats",
     "Aggregation",
     "HookHandle",

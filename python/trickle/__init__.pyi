@@ -580,11 +580,80 @@ class DDP(_Algorithm):
     ) -> None:
         """Builds the algorithm over `model` (collective: every worker, the same options); see the class docstring."""
 
+SelectionName = Literal['top_k', 'shared']
+
+class DeMo(torch.optim.Optimizer):
+    """DeMo (Peng, Quesnelle, Kingma, 2024) over a torch.distributed group, as an optimizer.
+
+        dist.init_process_group("gloo")
+        opt = trickle.DeMo(model.parameters(), lr=3e-4, k=32, chunk=64)
+        loss.backward(); opt.step(); opt.zero_grad()
+
+    Per step and parameter: m <- compression_decay * m + grad; the k largest DCT-II
+    coefficients of each chunk of m (1-D chunks of `chunk` values for vectors, chunk x chunk
+    tiles for matrices, a tensor of more dimensions as dim 0 x the rest) leave m and are
+    exchanged; p <- p - lr * (sign(mean of the decoded coefficients) + weight_decay * p).
+    Replicas that start equal stay equal, bit for bit.
+
+    Arguments (lr, compression_decay, weight_decay, chunk and k per parameter group too):
+      lr=1e-3                 step size of the sign update (> 0); a scheduler may change it
+      compression_decay=0.999 the momentum's decay beta, in [0, 1]
+      weight_decay=0.0        decoupled weight decay (>= 0)
+      chunk=64                chunk size s, in [1, 256]
+      k=32                    coefficients sent per chunk, in [1, s * s] (vectors: min(k, s))
+      selection="top_k"       "top_k": each worker's own largest (DeMo as published; indices
+                              and values all-gathered), "shared": k per chunk chosen by the
+                              shared seed (no indices; the values summed by an all-reduce)
+      values="fp32"           the values' codec (trickle.CODECS: "bf16", "sign2", ...)
+      codec_block=32          values per scale, for the block codecs
+      seed=0                  the shared seed (selection="shared")
+      group=None              the process group (None: the default group)
+
+    Collective: construction, step(), add_param_group() and load_state_dict() run on every
+    worker with the same arguments; parameters are contiguous CPU float32 tensors. Options
+    that workers disagree on raise trickle.MismatchError on every worker. Only lr may change
+    after construction (the same on every worker). state_dict() holds each group's momentum
+    and step count; loading it resumes bit for bit.
+    """
+
+    def __init__(
+        self,
+        params: Any,
+        lr: float = 1e-3,
+        *,
+        compression_decay: float = 0.999,
+        weight_decay: float = 0.0,
+        chunk: int = 64,
+        k: int = 32,
+        selection: SelectionName = "top_k",
+        values: CodecName = "fp32",
+        codec_block: int = 32,
+        seed: int = 0,
+        group: Optional[ProcessGroup] = None,
+    ) -> None:
+        """Builds the optimizer (collective: every worker, the same arguments); see the class docstring."""
+    def add_param_group(self, param_group: Dict[str, Any]) -> None:
+        """Adds a parameter group and builds its engine (collective: every worker, alike)."""
+    def step(self, closure: Optional[Callable[[], Any]] = None) -> Any:
+        """Collective: one DeMo step of every parameter group (after backward())."""
+    def group_stats(self) -> List[Stats]:
+        """Each parameter group's traffic account (this worker's)."""
+    @property
+    def stats(self) -> Stats:
+        """This worker's traffic account over every parameter group."""
+    def momentum(self, group: int = 0) -> torch.Tensor:
+        """Group `group`'s momentum on this worker, in the frequency domain."""
+    def state_dict(self) -> Dict[str, Any]:
+        """torch.optim's state dict, plus each group's DeMo state under 'trickle_demo'."""
+    def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
+        """Collective: restores what state_dict() returned, on every worker at once."""
+
 __all__ = [
     "SPARTA",
     "DiLoCo",
     "SPARTADiLoCo",
     "DDP",
+    "DeMo",
     "Stats",
     "Aggregation",
     "HookHandle",

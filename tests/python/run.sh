@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tests/python/run.sh: builds trickle's Python package (python/) into a virtual environment
 # and runs its tests: tests/python/test_local.py, test_registry.py and test_stubs.py (one process),
-# test_distributed.py (4 processes, gloo), test_cuda.py (CUDA tensors: skipped without a
+# test_distributed.py and test_demo.py (4 processes, gloo), test_cuda.py (CUDA tensors: skipped without a
 # GPU or a CUDA build), test_elastic.py (3 processes over trickle.Elastic,
 # one killed with SIGKILL and restarted), test_peer_failure.py (2 processes, one leaves)
 # the examples examples/python/train.py and train_gpt.py (4 workers, each algorithm, and
@@ -155,6 +155,7 @@ run "test_local (1 process)" timeout 300 "$VPY" tests/python/test_local.py
 run "test_registry (1 process)" timeout 300 "$VPY" tests/python/test_registry.py
 run "test_stubs (1 process: the type stubs against the runtime)" timeout 300 "$VPY" tests/python/test_stubs.py
 run "test_distributed (torchrun, $NPROC processes, gloo)" timeout 600 "${torchrun[@]}" tests/python/test_distributed.py
+run "test_demo (torchrun, $NPROC processes, gloo: trickle.DeMo)" timeout 300 "${torchrun[@]}" tests/python/test_demo.py
 run "test_elastic (3 worker processes over trickle.Elastic, one killed and restarted)" \
     timeout 300 "$VPY" tests/python/test_elastic.py
 # CUDA tensors against the CPU path: runs where there is a GPU and a CUDA build, and says

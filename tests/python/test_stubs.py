@@ -139,6 +139,30 @@ def test_docstrings_are_the_runtime_ones():
             assert f"{k}=" in doc, (name, k)
 
 
+def test_demo_matches_its_stub():
+    """trickle.DeMo (a torch.optim.Optimizer): the members it defines itself, its docstring and
+    its constructor's arguments and defaults are the stub's."""
+    node = stub_classes()["DeMo"]
+    runtime = trickle.DeMo
+    stubbed = members(node)
+    own = {n for n in vars(runtime) if not n.startswith("_")}
+    assert {n for n in stubbed if not n.startswith("_")} == own, ("DeMo", sorted(own))
+    assert ast.get_docstring(node) == inspect.cleandoc(runtime.__doc__), "DeMo: the stub's docstring differs"
+    init = stubbed["__init__"].args
+    stub_args = [(x.arg, ast.literal_eval(d)) for x, d in zip(init.args[-len(init.defaults):], init.defaults)]
+    stub_args += [(x.arg, ast.literal_eval(d)) for x, d in zip(init.kwonlyargs, init.kw_defaults)]
+    shown = [(p.name, p.default) for p in inspect.signature(runtime).parameters.values()
+             if p.default is not inspect.Parameter.empty]
+    assert stub_args == shown, (stub_args, shown)
+    for m in own:
+        assert ast.get_docstring(stubbed[m]), ("DeMo", m, "no docstring in the stubs")
+        decorated = any(isinstance(d, ast.Name) and d.id == "property" for d in stubbed[m].decorator_list)
+        assert isinstance(inspect.getattr_static(runtime, m), property) == decorated, ("DeMo", m)
+    stub_sel = next(n for n in stub_tree().body if isinstance(n, ast.Assign) and n.targets[0].id == "SelectionName")
+    elts = stub_sel.value.slice.elts
+    assert tuple(ast.literal_eval(e) for e in elts) == trickle._demo.SELECTIONS
+
+
 def test_literal_names_are_the_registries():
     tree = stub_tree()
     aliases = {}
@@ -177,6 +201,7 @@ TESTS = [
     test_every_public_name_is_stubbed,
     test_methods_and_properties_match,
     test_docstrings_are_the_runtime_ones,
+    test_demo_matches_its_stub,
     test_literal_names_are_the_registries,
     test_installed_package_carries_the_stubs,
 ]

@@ -118,21 +118,8 @@ public:
         vec_.slot = s;
         mat_.slot = s * s;
         vec_.pitch = mat_.pitch = s;
-        for (std::size_t i = 0; i < shapes.size(); ++i) {
-            const std::size_t R = shapes[i].rows, C = shapes[i].cols;
-            const auto t = static_cast<std::uint32_t>(i);
-            if (R == 1) {
-                for (std::size_t c0 = 0; c0 < C; c0 += s)
-                    vec_.chunks.push_back({c0, t, 1, static_cast<std::uint32_t>(std::min(s, C - c0)),
-                                           static_cast<std::uint32_t>(C), vec_.chunks.size()});
-            } else {
-                for (std::size_t r0 = 0; r0 < R; r0 += s)
-                    for (std::size_t c0 = 0; c0 < C; c0 += s)
-                        mat_.chunks.push_back({r0 * C + c0, t, static_cast<std::uint32_t>(std::min(s, R - r0)),
-                                               static_cast<std::uint32_t>(std::min(s, C - c0)),
-                                               static_cast<std::uint32_t>(C), mat_.chunks.size()});
-            }
-        }
+        for (std::size_t i = 0; i < shapes.size(); ++i)
+            append_dct_chunks(vec_.chunks, mat_.chunks, static_cast<std::uint32_t>(i), shapes[i].rows, shapes[i].cols, s);
         for (part* p : {&vec_, &mat_}) {
             p->sp.chunk = p->slot;
             p->sp.k = std::min(options_.k, p->slot);

@@ -27,6 +27,7 @@
 #include <trickle/error.hpp>
 #include <trickle/kernels/outer_rule.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -102,6 +103,24 @@ struct dct_chunk {
     std::uint32_t rows = 1, cols = 1, ld = 1;
     std::uint64_t slot = 0;
 };
+
+// How DeMo cuts tensor `tensor` (rows x cols, row major) with chunk side s: a vector (rows
+// = 1) into 1-D chunks of s values, appended to `vectors`; a matrix into s x s tiles in row
+// major order, appended to `tiles`; partial chunks at the edges. Each chunk's slot is its
+// index in its list (the two lists have their own coefficient buffers: slots of s and s * s).
+inline void append_dct_chunks(std::vector<dct_chunk>& vectors, std::vector<dct_chunk>& tiles, std::uint32_t tensor,
+                              std::size_t rows, std::size_t cols, std::size_t s) {
+    const auto u32 = [](std::size_t v) { return static_cast<std::uint32_t>(v); };
+    if (rows == 1) {
+        for (std::size_t c0 = 0; c0 < cols; c0 += s)
+            vectors.push_back({c0, tensor, 1, u32(std::min(s, cols - c0)), u32(cols), vectors.size()});
+        return;
+    }
+    for (std::size_t r0 = 0; r0 < rows; r0 += s)
+        for (std::size_t c0 = 0; c0 < cols; c0 += s)
+            tiles.push_back({r0 * cols + c0, tensor, u32(std::min(s, rows - r0)), u32(std::min(s, cols - c0)), u32(cols),
+                             tiles.size()});
+}
 
 // Y (in the slot) = the DCT of the chunk of in[tensor] (element first + r ld + c).
 struct dct_encode_body {
