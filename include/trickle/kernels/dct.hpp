@@ -39,26 +39,44 @@ TRICKLE_NAMESPACE_BEGIN
 // The largest chunk side a DCT chunk may have (its row buffer lives on the stack).
 inline constexpr std::size_t max_dct_chunk = 256;
 
-// The orthonormal DCT-II bases of every size 1 .. s, in one array: B_m starts at
-// offset(m) = sum_{j < m} j^2, row k at offset(m) + k m.
+// Outputs each 1-D transform computes together (dct_forward_1d, dct_inverse_1d): one
+// accumulator per output, so the compiler can keep them in vector registers. Each output's
+// sum still runs in index order, so the bits do not depend on it.
+inline constexpr std::size_t dct_lanes = 16;
+
+// The orthonormal DCT-II bases of every size 1 .. s, in one array. For each m: B_m (m rows
+// of pitch(m) floats, row k = frequency k, zero past column m), then its transpose B_m^T
+// (row i = sample i, the same padding): B_m starts at offset(m), B_m^T at offset(m) +
+// m pitch(m). The padding lets a block of dct_lanes outputs read whole rows.
 class dct_bases {
 public:
     dct_bases() = default;
     explicit dct_bases(std::size_t s) : s_(s) {
         require(s >= 1 && s <= max_dct_chunk, "dct: chunk size must be in [1, ", max_dct_chunk, "], got ", s);
-        data_.resize(offset(s + 1));
+        data_.assign(offset(s + 1), 0.0f);
         for (std::size_t m = 1; m <= s; ++m) {
             float* b = data_.data() + offset(m);
+            float* bt = b + m * pitch(m);
             const double a0 = std::sqrt(1.0 / static_cast<double>(m)), ak = std::sqrt(2.0 / static_cast<double>(m));
             for (std::size_t k = 0; k < m; ++k)
-                for (std::size_t i = 0; i < m; ++i)
-                    b[k * m + i] = static_cast<float>(
+                for (std::size_t i = 0; i < m; ++i) {
+                    const auto v = static_cast<float>(
                         (k == 0 ? a0 : ak) *
                         std::cos(std::numbers::pi * static_cast<double>((2 * i + 1) * k) / static_cast<double>(2 * m)));
+                    b[k * pitch(m) + i] = v;
+                    bt[i * pitch(m) + k] = v;
+                }
         }
     }
-    static constexpr std::size_t offset(std::size_t m) { return (m - 1) * m * (2 * m - 1) / 6; }
+    // The row length of B_m and B_m^T: m rounded up to a multiple of dct_lanes.
+    static constexpr std::size_t pitch(std::size_t m) { return (m + dct_lanes - 1) / dct_lanes * dct_lanes; }
+    static constexpr std::size_t offset(std::size_t m) {
+        std::size_t o = 0;
+        for (std::size_t j = 1; j < m; ++j) o += 2 * j * pitch(j);
+        return o;
+    }
     std::size_t max_size() const { return s_; }
+    // B_m[k][i] = of(m)[k * pitch(m) + i].
     const float* of(std::size_t m) const { return data_.data() + offset(m); }
     const float* data() const { return data_.data(); }
 
@@ -69,28 +87,32 @@ private:
 
 namespace detail {
 
-// y[k * ys] = sum_i B[k][i] x[i * xs], k < m (forward); x may alias y (a row or column of a
-// slot): the inputs are read into tmp first.
-TRICKLE_HOST_DEVICE void dct_forward_1d(const float* B, std::size_t m, float* v, std::size_t stride,
-                                               float* tmp) {
-    for (std::size_t i = 0; i < m; ++i) tmp[i] = v[i * stride];
-    for (std::size_t k = 0; k < m; ++k) {
-        const float* row = B + k * m;
-        float acc = 0.0f;
-        for (std::size_t i = 0; i < m; ++i) acc = add_rn(acc, mul_rn(row[i], tmp[i]));
-        v[k * stride] = acc;
+// In place along a row or column v[0], v[stride], ... of m values, through tmp:
+//   forward  v[k] = sum_i B[k][i] v[i]   (B_m^T read by rows: BT[i][k]);
+//   inverse  v[i] = sum_k B[k][i] v[k]   (B_m read by rows).
+// Both are out[o] = sum_j M[j][o] in[j] over the rows of a padded matrix M (pitch P), one
+// block of dct_lanes outputs at a time, each output summed in j order (mul, then add).
+TRICKLE_HOST_DEVICE void dct_apply_1d(const float* M, std::size_t m, float* v, std::size_t stride, float* tmp) {
+    const std::size_t P = dct_bases::pitch(m);
+    for (std::size_t j = 0; j < m; ++j) tmp[j] = v[j * stride];
+    for (std::size_t o0 = 0; o0 < m; o0 += dct_lanes) {
+        float acc[dct_lanes] = {};
+        for (std::size_t j = 0; j < m; ++j) {
+            const float x = tmp[j];
+            const float* row = M + j * P + o0;
+            for (std::size_t l = 0; l < dct_lanes; ++l) acc[l] = add_rn(acc[l], mul_rn(row[l], x));
+        }
+        const std::size_t count = m - o0 < dct_lanes ? m - o0 : dct_lanes;
+        for (std::size_t l = 0; l < count; ++l) v[(o0 + l) * stride] = acc[l];
     }
 }
 
-// v[i * stride] = sum_k B[k][i] v[k * stride] (inverse: B^T), in place through tmp.
-TRICKLE_HOST_DEVICE void dct_inverse_1d(const float* B, std::size_t m, float* v, std::size_t stride,
-                                               float* tmp) {
-    for (std::size_t k = 0; k < m; ++k) tmp[k] = v[k * stride];
-    for (std::size_t i = 0; i < m; ++i) {
-        float acc = 0.0f;
-        for (std::size_t k = 0; k < m; ++k) acc = add_rn(acc, mul_rn(B[k * m + i], tmp[k]));
-        v[i * stride] = acc;
-    }
+TRICKLE_HOST_DEVICE void dct_forward_1d(const float* bases, std::size_t m, float* v, std::size_t stride, float* tmp) {
+    dct_apply_1d(bases + dct_bases::offset(m) + m * dct_bases::pitch(m), m, v, stride, tmp);
+}
+
+TRICKLE_HOST_DEVICE void dct_inverse_1d(const float* bases, std::size_t m, float* v, std::size_t stride, float* tmp) {
+    dct_apply_1d(bases + dct_bases::offset(m), m, v, stride, tmp);
 }
 
 } // namespace detail
@@ -138,12 +160,9 @@ struct dct_encode_body {
         for (std::size_t r = 0; r < c.rows; ++r)
             for (std::size_t q = 0; q < c.cols; ++q) y[r * pitch + q] = x[r * c.ld + q];
         float tmp[max_dct_chunk];
-        const float* Bc = bases + dct_bases::offset(c.cols);
-        for (std::size_t r = 0; r < c.rows; ++r) detail::dct_forward_1d(Bc, c.cols, y + r * pitch, 1, tmp);
-        if (c.rows > 1) {
-            const float* Br = bases + dct_bases::offset(c.rows);
-            for (std::size_t q = 0; q < c.cols; ++q) detail::dct_forward_1d(Br, c.rows, y + q, pitch, tmp);
-        }
+        for (std::size_t r = 0; r < c.rows; ++r) detail::dct_forward_1d(bases, c.cols, y + r * pitch, 1, tmp);
+        if (c.rows > 1)
+            for (std::size_t q = 0; q < c.cols; ++q) detail::dct_forward_1d(bases, c.rows, y + q, pitch, tmp);
     }
     TRICKLE_HOST_DEVICE void run(std::size_t j0, std::size_t j1) const {
         for (std::size_t j = j0; j < j1; ++j) (*this)(j);
@@ -165,12 +184,9 @@ struct dct_decode_body {
         const dct_chunk c = chunks[j];
         float* y = coef + static_cast<std::size_t>(c.slot) * slot_size;
         float tmp[max_dct_chunk];
-        if (c.rows > 1) {
-            const float* Br = bases + dct_bases::offset(c.rows);
-            for (std::size_t q = 0; q < c.cols; ++q) detail::dct_inverse_1d(Br, c.rows, y + q, pitch, tmp);
-        }
-        const float* Bc = bases + dct_bases::offset(c.cols);
-        for (std::size_t r = 0; r < c.rows; ++r) detail::dct_inverse_1d(Bc, c.cols, y + r * pitch, 1, tmp);
+        if (c.rows > 1)
+            for (std::size_t q = 0; q < c.cols; ++q) detail::dct_inverse_1d(bases, c.rows, y + q, pitch, tmp);
+        for (std::size_t r = 0; r < c.rows; ++r) detail::dct_inverse_1d(bases, c.cols, y + r * pitch, 1, tmp);
         float* p = out[c.tensor] + c.first;
         for (std::size_t r = 0; r < c.rows; ++r)
             for (std::size_t q = 0; q < c.cols; ++q) update(p[r * c.ld + q], y[r * pitch + q]);
