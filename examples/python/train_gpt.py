@@ -1,9 +1,10 @@
 """A small GPT (character level, causal self-attention, plain PyTorch) trained on several
-workers with trickle: SPARTA, DiLoCo or both, chosen by --algo.
+workers with trickle: SPARTA, DiLoCo or both, or the DeMo optimizer, chosen by --algo.
 
     torchrun --standalone --nproc_per_node 4 --redirects 2 --tee 2 examples/python/train_gpt.py --algo sparta
     torchrun --standalone --nproc_per_node 4 --redirects 2 --tee 2 examples/python/train_gpt.py --algo diloco
     torchrun --standalone --nproc_per_node 4 --redirects 2 --tee 2 examples/python/train_gpt.py --algo sparta-diloco
+    torchrun --standalone --nproc_per_node 4 --redirects 2 --tee 2 examples/python/train_gpt.py --algo demo
 
 (`torchrun` is `python -m torch.distributed.run` of the Python where trickle is installed;
 `--redirects 2 --tee 2` is only needed by Debian 12's torch 1.13 under Python 3.11, whose
@@ -30,6 +31,13 @@ does, without its bucketing and overlap); its bytes are counted with the ring's 
 / N of the bucket per worker and step. --algo dense is trickle's dense baseline, trickle.DDP:
 every parameter averaged after each optimizer step through trickle's deterministic sum, with
 trickle's stats (one line changed against --algo sparta).
+
+--algo demo replaces AdamW by trickle.DeMo (docs/demo.md): no gradient is averaged; every
+step sends the --demo-k largest DCT coefficients of each --demo-chunk chunk of each worker's
+momentum (--demo-selection shared: k shared-seed ones, summed without indices) and every
+worker applies the sign of the same decoded mean, so the replicas stay identical. Its
+optimizer step holds the exchange, so --metrics counts the whole step as communication.
+CPU only (trickle.DeMo takes CPU float32 parameters in this version).
 
 --metrics FILE writes one JSON line per step and worker (FILE's "{rank}" replaced by the
 rank): the step, the seconds since the start, the step's compute (forward, backward,
@@ -217,9 +225,10 @@ def main() -> int:
         epilog="--device cuda: each worker on cuda:LOCAL_RANK over NCCL (--backend gloo: several workers on one "
         "GPU); it needs a CUDA build of trickle (trickle.build_info()['cuda']).",
     )
-    ap.add_argument("--algo", choices=["sparta", "diloco", "sparta-diloco", "ddp", "dense"], default="sparta",
+    ap.add_argument("--algo", choices=["sparta", "diloco", "sparta-diloco", "ddp", "dense", "demo"], default="sparta",
                     help="SPARTA, DiLoCo, SPARTA inside DiLoCo's rounds, ddp: the dense baseline, every "
-                    "gradient all-reduced, or dense: trickle.DDP, every parameter averaged (default sparta)")
+                    "gradient all-reduced, dense: trickle.DDP, every parameter averaged, or demo: the trickle.DeMo "
+                    "optimizer instead of AdamW (default sparta)")
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
                     help="cpu: Gloo; cuda: cuda:LOCAL_RANK, NCCL unless --backend gloo")
     ap.add_argument("--backend", choices=["nccl", "gloo"], default=None,
@@ -233,7 +242,7 @@ def main() -> int:
     ap.add_argument("--layers", type=int, default=2, help="transformer blocks (default 2)")
     ap.add_argument("--heads", type=int, default=4, help="attention heads (default 4)")
     ap.add_argument("--batch", type=int, default=16, help="windows per step and worker (default 16)")
-    ap.add_argument("--lr", type=float, default=3e-3, help="AdamW's learning rate (default 3e-3)")
+    ap.add_argument("--lr", type=float, default=3e-3, help="AdamW's learning rate, or DeMo's sign step (default 3e-3)")
     ap.add_argument("--fraction", type=float, default=0.005, help="SPARTA: fraction averaged per exchange (0.005)")
     ap.add_argument("--sampler", choices=list(trickle.SAMPLERS), default="permutation", help="SPARTA's sampler")
     ap.add_argument("--interval", type=int, default=20, help="DiLoCo: inner steps per outer step, H (default 20)")
@@ -248,6 +257,10 @@ def main() -> int:
     ap.add_argument("--fragments", type=int, default=1, help="DiLoCo: Streaming DiLoCo's fragments (default 1)")
     ap.add_argument("--carry-local", action="store_true",
                     help="DiLoCo with --overlap-steps: a late average lands plus the progress made while it travelled")
+    ap.add_argument("--demo-chunk", type=int, default=32, help="DeMo: the DCT chunk side (default 32)")
+    ap.add_argument("--demo-k", type=int, default=8, help="DeMo: coefficients sent per chunk (default 8)")
+    ap.add_argument("--demo-selection", choices=["top_k", "shared"], default="top_k",
+                    help="DeMo: each worker's top-k per chunk, or k shared-seed positions (default top_k)")
     ap.add_argument("--metrics", default="",
                     help="a JSON line per step to this file ({rank} is replaced by the worker's rank): compute and "
                     "communication seconds, loss, bytes sent")
@@ -260,6 +273,8 @@ def main() -> int:
               "--redirects 2 --tee 2 examples/python/train_gpt.py ...) or "
               "python tests/python/launch.py --nproc 4 examples/python/train_gpt.py ...", file=sys.stderr)
         return 2
+    if args.algo == "demo" and args.device != "cpu":
+        ap.error("--algo demo runs on --device cpu (trickle.DeMo takes CPU float32 parameters in this version)")
     if args.device == "cuda":
         if not torch.cuda.is_available():
             print("train_gpt.py: --device cuda, but this torch sees no GPU", file=sys.stderr)
@@ -291,7 +306,11 @@ def main() -> int:
 
     torch.manual_seed(args.seed + rank)  # different initial replicas: trickle starts them all from rank 0's
     model = GPT(len(chars), args.context, args.d_model, args.layers, args.heads).to(device)
-    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
+    if args.algo == "demo":
+        opt = trickle.DeMo(model.parameters(), lr=args.lr, weight_decay=0.01, chunk=args.demo_chunk,
+                           k=args.demo_k, selection=args.demo_selection, seed=args.seed)
+    else:
+        opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
 
     common = dict(seed=args.seed)
     outer = dict(interval=args.interval, outer="nesterov", outer_lr=args.outer_lr, momentum=0.9,
@@ -303,6 +322,8 @@ def main() -> int:
             algo = DenseAllReduce(model)
         elif args.algo == "dense":
             algo = trickle.DDP(model)
+        elif args.algo == "demo":
+            algo = opt  # the optimizer communicates: nothing to call after it
         elif args.algo == "sparta":
             algo = trickle.SPARTA(model, **sparse, **common)
         elif args.algo == "diloco":
@@ -343,10 +364,14 @@ def main() -> int:
             algo.reduce_gradients()
             sync()
             t_comm = time.perf_counter() - t_c
-        opt.step()
-        sync()
-        t_b = time.perf_counter()
-        algo.step()  # after optimizer.step(), before the next forward pass
+        if args.algo == "demo":
+            t_b = time.perf_counter()
+            opt.step()  # DeMo: the exchange is inside the optimizer step
+        else:
+            opt.step()
+            sync()
+            t_b = time.perf_counter()
+            algo.step()  # after optimizer.step(), before the next forward pass
         sync()
         t_end = time.perf_counter()
         t_comm += t_end - t_b
@@ -375,7 +400,7 @@ def main() -> int:
     identical = None
     # (Streaming or a delayed outer step applies its last averages after the run's end.)
     streams = args.overlap_steps > 0 or args.fragments > 1
-    if (has_outer and not streams and args.steps % args.interval == 0) or args.algo in ("ddp", "dense"):
+    if (has_outer and not streams and args.steps % args.interval == 0) or args.algo in ("ddp", "dense", "demo"):
         # The last step was an outer step (or every step averaged the gradients): every
         # replica now holds the same bits.
         flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
@@ -400,7 +425,7 @@ def main() -> int:
             print(f"  SPARTA part: {sp.exchanges} exchanges, {sp.bytes_sent} bytes; DiLoCo part: {ou.exchanges} "
                   f"outer steps, {ou.bytes_sent} bytes (no sparse exchange at the {ou.exchanges} steps that end a round)")
         if identical is not None:
-            print(f"replicas after the last {'step' if args.algo in ('ddp', 'dense') else 'outer step'}: "
+            print(f"replicas after the last {'step' if args.algo in ('ddp', 'dense', 'demo') else 'outer step'}: "
                   f"{'identical' if identical else 'DIFFERENT'}")
         print(f"done in {time.time() - t0:.1f} s", flush=True)
     assert identical is not False, "the replicas differ right after an outer step"

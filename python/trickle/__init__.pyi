@@ -607,6 +607,8 @@ class DeMo(torch.optim.Optimizer):
       values="fp32"           the values' codec (trickle.CODECS: "bf16", "sign2", ...)
       codec_block=32          values per scale, for the block codecs
       seed=0                  the shared seed (selection="shared")
+      broadcast_initial=True  at construction (and add_param_group), give every worker the
+                              group's rank 0's parameters: DeMo keeps equal replicas equal
       group=None              the process group (None: the default group)
 
     Collective: construction, step(), add_param_group() and load_state_dict() run on every
@@ -629,6 +631,7 @@ class DeMo(torch.optim.Optimizer):
         values: CodecName = "fp32",
         codec_block: int = 32,
         seed: int = 0,
+        broadcast_initial: bool = True,
         group: Optional[ProcessGroup] = None,
     ) -> None:
         """Builds the optimizer (collective: every worker, the same arguments); see the class docstring."""

@@ -14,6 +14,7 @@ import numbers
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 import torch
+import torch.distributed as dist
 
 from . import _C
 from ._algorithms import CODECS, _as_bytes, _resolve_group
@@ -34,6 +35,13 @@ def _shape(p: torch.Tensor) -> Tuple[int, int]:
     if p.dim() < 2 or p.numel() == 0:
         return (1, p.numel())
     return (p.shape[0], p.numel() // p.shape[0])
+
+
+def _root_of(group) -> int:
+    """The global rank of the group's rank 0."""
+    if group is dist.distributed_c10d._get_default_group():
+        return 0
+    return dist.distributed_c10d._get_global_rank(group, 0)
 
 
 def _check_number(name: str, v: Any, integer: bool = False) -> None:
@@ -66,6 +74,8 @@ class DeMo(torch.optim.Optimizer):
       values="fp32"           the values' codec (trickle.CODECS: "bf16", "sign2", ...)
       codec_block=32          values per scale, for the block codecs
       seed=0                  the shared seed (selection="shared")
+      broadcast_initial=True  at construction (and add_param_group), give every worker the
+                              group's rank 0's parameters: DeMo keeps equal replicas equal
       group=None              the process group (None: the default group)
 
     Collective: construction, step(), add_param_group() and load_state_dict() run on every
@@ -88,6 +98,7 @@ class DeMo(torch.optim.Optimizer):
         values: str = "fp32",
         codec_block: int = 32,
         seed: int = 0,
+        broadcast_initial: bool = True,
         group=None,
     ):
         self._engines: List[Any] = []
@@ -107,6 +118,7 @@ class DeMo(torch.optim.Optimizer):
                 raise ValueError(f"trickle.DeMo: seed must be >= 0, got {seed}")
         except (TypeError, ValueError) as e:
             problem = e
+        self._broadcast_initial = bool(broadcast_initial)
         self._common = dict(selection=selection, values=values, codec_block=codec_block, seed=seed)
         defaults = dict(lr=lr, compression_decay=compression_decay, weight_decay=weight_decay, chunk=chunk, k=k)
         self._init_problem = problem
@@ -157,6 +169,16 @@ class DeMo(torch.optim.Optimizer):
             raise
         self._engines.append((engine, [t for _, t in grads], {key: group[key] for key in _FIXED_KEYS}))
         self._built_lr.append(group["lr"])
+        if self._broadcast_initial and group["params"]:
+            # One broadcast of the group's parameters, flattened (torch's collective: not in
+            # the engine's accounts).
+            with torch.no_grad():
+                flat = torch.cat([p.detach().reshape(-1) for p in group["params"]])
+                dist.broadcast(flat, src=_root_of(self._dist_group), group=self._dist_group)
+                offset = 0
+                for p in group["params"]:
+                    p.copy_(flat[offset : offset + p.numel()].view_as(p))
+                    offset += p.numel()
 
     # -- the step --
 

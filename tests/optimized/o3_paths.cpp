@@ -8,6 +8,7 @@
 // It also runs: 3 workers (comm::local, and comm::async for the overlapped forms) train a
 // drifting model under each path and must end with identical replicas after an outer
 // step, and identical averaged positions; exit 1 names the path that did not.
+#include <trickle/algorithm/demo.hpp>
 #include <trickle/comm/async.hpp>
 #include <trickle/trickle.hpp>
 
@@ -83,6 +84,37 @@ bool replicas_agree(int steps, bool overlapped, Make make) {
     return true;
 }
 
+// DeMo (the optimizer step itself): equal replicas, a gradient of each worker's own, the
+// vectors in 1-D chunks and two tensors as matrices (33 x 31 and 8 x 32, partial tiles);
+// says whether the replicas stayed bit-identical.
+template <class Select, class Values>
+bool demo_agrees(int steps, Values values) {
+    std::vector<std::vector<float>> out(workers);
+    comm::run_local(workers, [&](comm::local& c) {
+        model m(0);
+        std::vector<std::vector<float>> g;
+        param_group<float> grads;
+        for (std::size_t k = 0; k < m.ts.size(); ++k) {
+            g.emplace_back(m.ts[k].size());
+            grads.add(std::string("g") + std::to_string(k), g.back().data(), g.back().size());
+        }
+        const std::vector<demo_shape> shapes = {{1, 700}, {1, 33}, {8, 32}, {1, 1031}};
+        demo_engine<comm::local, Select, Values> demo(m.group, grads, shapes, c, {.lr = 1e-3, .chunk = 16, .k = 5},
+                                                      values);
+        for (int t = 0; t < steps; ++t) {
+            std::size_t i = 0;
+            for (auto& v : g)
+                for (float& x : v) x = static_cast<float>(std::sin(0.1 * static_cast<double>(i++) * (c.rank() + 1) + t));
+            demo.step(exec::host{});
+        }
+        out[static_cast<std::size_t>(c.rank())] = m.flat();
+    });
+    for (int r = 1; r < workers; ++r)
+        if (std::memcmp(out[static_cast<std::size_t>(r)].data(), out[0].data(), out[0].size() * sizeof(float)) != 0)
+            return false;
+    return true;
+}
+
 } // namespace
 
 int main() {
@@ -139,5 +171,7 @@ int main() {
               return sparta_diloco<>(g, c, {.fraction = 0.05, .seed = 2}, {.interval = 4, .seed = 2});
           }));
     check("ddp", replicas_agree(3, false, [](const param_group<float>& g, auto& c) { return ddp(g, c); }));
+    check("demo top_k, fp32 values", demo_agrees<demo_select::top_k>(6, codec::fp32{}));
+    check("demo shared, sign2_block values", demo_agrees<demo_select::shared>(6, codec::sign2_block{}));
     return failed == 0 ? 0 : 1;
 }

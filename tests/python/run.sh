@@ -174,7 +174,7 @@ if [ "$RUN_EXAMPLE" = 1 ]; then
         run "example train.py --algo $algo (torchrun, $NPROC workers)" \
             timeout 120 "${torchrun[@]}" examples/python/train.py --steps 200 --algo $algo
     done
-    for algo in sparta diloco sparta-diloco ddp; do
+    for algo in sparta diloco sparta-diloco ddp demo; do
         run "example train_gpt.py --algo $algo (torchrun, $NPROC workers, a small GPT)" \
             timeout 120 "${torchrun[@]}" examples/python/train_gpt.py --steps 60 --log-every 20 --algo $algo
     done

@@ -104,6 +104,17 @@ def test_replicas_stay_identical_and_the_loss_falls():
         assert s.bytes_sent > 0 and s.dense_bytes > 0
 
 
+def test_initial_broadcast():
+    model = make_model(seed=100 + rank())  # a different replica on every rank
+    assert not same_on_every_rank(flat(model.parameters()))
+    kept = flat(model.parameters())
+    trickle.DeMo(model.parameters(), broadcast_initial=False)
+    assert torch.equal(flat(model.parameters()), kept)
+    trickle.DeMo(model.parameters())  # rank 0's parameters everywhere
+    assert same_on_every_rank(flat(model.parameters()))
+    assert torch.equal(flat(model.parameters()), gather(kept)[0])
+
+
 def test_accounts():
     model = make_model()
     top = trickle.DeMo(model.parameters(), lr=1e-3, chunk=8, k=4)
@@ -163,6 +174,33 @@ def test_two_parameter_groups_and_no_gradient():
     assert isinstance(loss, torch.Tensor)
 
 
+def test_inside_diloco_and_with_sparta():
+    # Composition, no new engine: DeMo over a group of one worker is the inner optimizer (its
+    # momentum, its own top-k DCT coefficients, their sign: nothing sent), and DiLoCo's
+    # outer steps (or SPARTA's averaging) keep the replicas together.
+    solo = [dist.new_group([r]) for r in range(world())][rank()]
+    for make in (lambda m: trickle.DiLoCo(m, interval=4, outer="nesterov", outer_lr=0.7),
+                 lambda m: trickle.SPARTA(m, fraction=0.1, seed=3)):
+        model = make_model(7 + rank())
+        algo = make(model)  # rank 0's replica everywhere
+        opt = trickle.DeMo(model.parameters(), lr=2e-3, chunk=8, k=3, group=solo, broadcast_initial=False)
+        xe, ye = local_batch(999)
+        with torch.no_grad():
+            before = float(nn.functional.mse_loss(model(xe), ye))
+        for s in range(24):
+            x, y = local_batch(s)
+            opt.zero_grad()
+            nn.functional.mse_loss(model(x), y).backward()
+            opt.step()
+            algo.step()
+        assert opt.stats.bytes_sent == 0 and opt.stats.steps == 24
+        assert algo.stats.bytes_sent > 0
+        with torch.no_grad():
+            assert float(nn.functional.mse_loss(model(xe), ye)) < before
+        if isinstance(algo, trickle.DiLoCo):  # step 24 ended a round: the replicas are equal
+            assert same_on_every_rank(flat(model.parameters()))
+
+
 def test_bad_input_raises_on_every_rank_and_changes_nothing():
     model = make_model()
     params = list(model.parameters())
@@ -202,9 +240,11 @@ def test_bad_input_raises_on_every_rank_and_changes_nothing():
 TESTS = [
     test_is_sign_sgd_of_the_mean_gradient_when_everything_is_kept,
     test_replicas_stay_identical_and_the_loss_falls,
+    test_initial_broadcast,
     test_accounts,
     test_checkpoint_resumes_bit_for_bit,
     test_two_parameter_groups_and_no_gradient,
+    test_inside_diloco_and_with_sparta,
     test_bad_input_raises_on_every_rank_and_changes_nothing,
 ]
 
