@@ -100,6 +100,7 @@ TRICKLE_HOST_DEVICE void dct_apply_1d(const float* M, std::size_t m, float* v, s
         for (std::size_t j = 0; j < m; ++j) {
             const float x = tmp[j];
             const float* row = M + j * P + o0;
+            TRICKLE_UNROLL_ALL
             for (std::size_t l = 0; l < dct_lanes; ++l) acc[l] = add_rn(acc[l], mul_rn(row[l], x));
         }
         const std::size_t count = m - o0 < dct_lanes ? m - o0 : dct_lanes;
