@@ -46,10 +46,11 @@ inline void print_header(std::ostream& out, const sim_config& cfg, const dataset
         out << "model: context " << cfg.model.context << ", embedding " << cfg.model.embed << ", " << cfg.model.layers
             << " x " << cfg.model.hidden << " tanh, " << parameters << " parameters (matrix products: "
             << gemm_backend() << ")\n";
-    bool sparta = false, diloco = false;
+    bool sparta = false, diloco = false, demo = false;
     for (auto s : cfg.strategies) {
         sparta = sparta || uses_sparta(s);
         diloco = diloco || uses_diloco(s);
+        demo = demo || uses_demo(s);
     }
     if (sparta) {
         out << "sparta: fraction " << cfg.fraction;
@@ -74,6 +75,10 @@ inline void print_header(std::ostream& out, const sim_config& cfg, const dataset
         if (cfg.aggregate.robust()) out << ", aggregate " << cfg.aggregate.name();
         out << '\n';
     }
+    if (demo)
+        out << "demo: chunk " << cfg.demo_chunk << ", top " << cfg.demo_k
+            << " coefficients per chunk, compression decay " << cfg.demo_decay << ", values " << name_of(cfg.demo_values)
+            << ", sign step --lr, weight decay " << cfg.weight_decay << " on every tensor\n";
     if (!cfg.byzantine.empty()) {
         out << "byzantine:";
         for (std::size_t i = 0; i < cfg.byzantine.size(); ++i)

@@ -25,6 +25,7 @@
 #include <trickle/codec/registry.hpp>
 #include <trickle/core/fields.hpp>
 #include <trickle/core/type_list.hpp>
+#include <trickle/kernels/dct.hpp>
 #include <trickle/outer/registry.hpp>
 #include <trickle/sampler/registry.hpp>
 #include <trickle/schedule/registry.hpp>
@@ -41,7 +42,7 @@ public:
     using std::runtime_error::runtime_error;
 };
 
-enum class strategy_kind { ddp, none, sparta, diloco, sparta_diloco, streaming_diloco };
+enum class strategy_kind { ddp, none, sparta, diloco, sparta_diloco, streaming_diloco, demo, demo_shared };
 enum class shard_mode { iid, non_iid };
 enum class model_kind { mlp, gpt };
 enum class round_policy_kind { deadline, wait, adaptive };
@@ -157,7 +158,7 @@ bool kind_has(Kind k) {
 }
 
 inline constexpr std::string_view strategy_names[] = {"ddp", "none", "sparta", "diloco", "sparta-diloco",
-                                                       "streaming-diloco"};
+                                                       "streaming-diloco", "demo", "demo-shared"};
 inline constexpr std::string_view shard_names[] = {"iid", "non-iid"};
 inline constexpr std::string_view model_names[] = {"mlp", "gpt"};
 inline constexpr std::string_view round_policy_names[] = {"deadline", "wait", "adaptive"};
@@ -246,6 +247,7 @@ inline bool uses_sparta(strategy_kind s) { return s == strategy_kind::sparta || 
 inline bool uses_diloco(strategy_kind s) {
     return s == strategy_kind::diloco || s == strategy_kind::sparta_diloco || s == strategy_kind::streaming_diloco;
 }
+inline bool uses_demo(strategy_kind s) { return s == strategy_kind::demo || s == strategy_kind::demo_shared; }
 
 // The outer learning rate used when --outer-lr is not given: the values the simulator was
 // tuned with for the built-in optimizers, and an added optimizer's own default.
@@ -391,6 +393,12 @@ struct sim_config {
     bool sparta_overlap = false; // --overlap: SPARTA applies each exchange one step later
     bool carry_local = false;    // --carry-local: streaming-diloco lands a late average plus the local progress
 
+    // DeMo (demo, demo-shared): its sign step is --lr's schedule, its weight decay --weight-decay
+    int demo_chunk = 64;                       // s: 1-D chunks of s values, s x s tiles
+    int demo_k = 32;                           // coefficients kept per chunk, in [1, s * s]
+    double demo_decay = 0.999;                 // the compression decay beta in [0, 1]: m <- beta m + g
+    codec_kind demo_values = codec_kind::fp32; // the kept coefficients on the wire
+
     // The network model: empty: no modelled wall time
     std::vector<network_config> networks;
     double step_time_s = 0; // > 0: --step-time (seconds); 0: the measured compute per step
@@ -472,6 +480,11 @@ Strategies
                          streaming-diloco  diloco with the model cut into --fragments whose
                                         outer steps are staggered over the round, each one's
                                         average applied --overlap-steps steps later
+                         demo           DeMo, the optimizer in place of AdamW: a sign step on
+                                        the mean of the workers' --demo-k largest DCT
+                                        coefficients per chunk of their momentum (all-gather)
+                         demo-shared    demo with the coefficients chosen by the shared seed:
+                                        no indices, an all-reduce of the values
                          default: ddp,none,sparta,diloco,sparta-diloco
   --workers N            simulated workers, one thread each, 1..256 (default 4)
   --steps S              inner optimizer steps per worker (default 2000)
@@ -479,11 +492,12 @@ Strategies
   --seed X               seeds data order, initialisation, corpus and samplers (default 42)
   --batch B              examples (context windows) per worker per step, 1..65536
                          (default 32; gpt: 4 windows, each --context targets)
-  --lr LR                inner AdamW learning rate (default 0.004)
+  --lr LR                inner AdamW learning rate; demo: the sign step (default 0.004)
   --warmup W             linear learning-rate warm-up steps, >= 0 (default 50)
   --lr-schedule S        {lr_schedule} after the warm-up; linear and cosine decay to
                          0.1 x --lr at the last step (default constant; gpt: cosine)
-  --weight-decay WD      AdamW decoupled weight decay on weight matrices, >= 0 (default 0.1)
+  --weight-decay WD      AdamW decoupled weight decay on weight matrices (demo: on every
+                         tensor), >= 0 (default 0.1)
   --clip G               clip each step's gradient to global L2 norm G, >= 0; 0: off
                          (default 0; gpt: 1)
 
@@ -526,6 +540,14 @@ DiLoCo (diloco, sparta-diloco, streaming-diloco)
   --outer-lr-end F       final multiple of --outer-lr of a linear or cosine schedule, (0, 1]
   --drop-prob Q          probability a worker's outer gradient is dropped in a round, [0, 1)
   --prune Q              fraction of outer-gradient values pruned by magnitude, [0, 1)
+
+DeMo (demo, demo-shared; docs/demo.md)
+  --demo-chunk S         chunk size: 1-D chunks of S values, S x S tiles of a matrix, 1..256
+                         (default 64)
+  --demo-k K             DCT coefficients sent per chunk, 1..S x S; a vector's chunk keeps
+                         min(K, S) (default 32)
+  --demo-decay B         momentum decay, m <- B m + g, [0, 1] (default 0.999)
+  --demo-values C        the coefficients' values on the wire, a --codec name (default fp32)
 
 Open-world training (diloco and sparta-diloco only; docs/simulator.md)
   --aggregate RULE       how the outer step combines the workers' outer gradients: mean
@@ -624,7 +646,7 @@ Every option takes its value as "--opt V" or "--opt=V". An unknown option, a bad
 an option that has no effect on the chosen strategies is an error (exit code 2).
 
 Policy names (--sampler, --fraction-schedule, --outer, --outer-lr-schedule, --topology,
---codec, --outer-codec) are the library's own, read from its registries
+--codec, --outer-codec, --demo-values) are the library's own, read from its registries
 (include/trickle/*/registry.hpp; docs/extending.md). The older spellings with '-' for '_'
 ({aliases}) are still accepted, as deprecated aliases.
 )";
@@ -865,8 +887,9 @@ inline void check_elastic(const sim_config& c, const std::string& strategy_list,
         for (auto s : c.strategies)
             if (s != strategy_kind::diloco && s != strategy_kind::sparta && s != strategy_kind::sparta_diloco)
                 throw usage_error(opt + ": applies to --strategy diloco, sparta and sparta-diloco (the elastic rounds "
-                                        "of trickle's algorithms; ddp and none have none, and streaming-diloco is "
-                                        "refused over an elastic world), but --strategy is " + strategy_list);
+                                        "of trickle's algorithms; ddp, none, demo and demo-shared have none, and "
+                                        "streaming-diloco is refused over an elastic world), but --strategy is " +
+                                  strategy_list);
         if (c.topology != topology_kind::all_reduce)
             throw usage_error(opt + ": needs --topology all-reduce (the other topologies fix their groups to the "
                                     "world's size), not " + std::string(name_of(c.topology)));
@@ -961,7 +984,7 @@ inline void check_open_world(const sim_config& c, const std::string& strategy_li
 inline sim_config parse_cli(std::span<const std::string> args) {
     sim_config c;
     // Options whose effect depends on the strategies; checked once all are known.
-    std::vector<std::string> sparta_only, diloco_only, both_only, streaming_only;
+    std::vector<std::string> sparta_only, diloco_only, both_only, streaming_only, demo_only;
     bool fraction_end_given = false, outer_lr_given = false, outer_momentum_given = false,
          block_size_given = false, outer_lr_schedule_given = false, outer_lr_end_given = false,
          island_size_given = false, codec_block_given = false, corpus_chars_given = false;
@@ -971,6 +994,7 @@ inline sim_config parse_cli(std::span<const std::string> args) {
     bool timeout_given = false, round_policy_given = false;
     bool deadline_given = false;
     bool aggregate_given = false;
+    bool demo_k_given = false;
 
     for (std::size_t i = 0; i < args.size(); ++i) {
         std::string_view arg = args[i];
@@ -1012,7 +1036,8 @@ inline sim_config parse_cli(std::span<const std::string> args) {
             "--model", "--d-model", "--heads", "--lr-schedule", "--clip", "--threads", "--fragments",
             "--overlap-steps", "--mix", "--network", "--step-time", "--fail", "--join", "--min-workers",
             "--deadline",
-            "--timeout-ms", "--speeds", "--round-policy", "--aggregate", "--byzantine"};
+            "--timeout-ms", "--speeds", "--round-policy", "--aggregate", "--byzantine", "--demo-chunk", "--demo-k",
+            "--demo-decay", "--demo-values"};
         bool is_known = false;
         for (auto k : known) is_known = is_known || k == opt;
         if (!is_known) throw usage_error("unknown option " + quoted_value(opt) + " (see --help)");
@@ -1229,6 +1254,22 @@ inline sim_config parse_cli(std::span<const std::string> args) {
             if (!(x >= 0 && x <= 1)) detail::bad_value(opt, v, "must be in [0, 1]");
             c.mix = x;
             streaming_only.push_back(opt);
+        } else if (opt == "--demo-chunk") {
+            c.demo_chunk = detail::parse_int<int>(opt, v, 1, static_cast<int>(trickle::max_dct_chunk));
+            demo_only.push_back(opt);
+        } else if (opt == "--demo-k") {
+            constexpr auto most = static_cast<int>(trickle::max_dct_chunk * trickle::max_dct_chunk);
+            c.demo_k = detail::parse_int<int>(opt, v, 1, most);
+            demo_k_given = true;
+            demo_only.push_back(opt);
+        } else if (opt == "--demo-decay") {
+            const double x = detail::parse_double(opt, v);
+            if (!(x >= 0 && x <= 1)) detail::bad_value(opt, v, "must be in [0, 1]");
+            c.demo_decay = x;
+            demo_only.push_back(opt);
+        } else if (opt == "--demo-values") {
+            c.demo_values = detail::parse_policy(opt, v, codec_choices());
+            demo_only.push_back(opt);
         } else if (opt == "--network") {
             std::size_t pos = 0;
             while (true) {
@@ -1317,10 +1358,11 @@ inline sim_config parse_cli(std::span<const std::string> args) {
         throw usage_error("--threads: this build of trickle-sim has no OpenMP, so each worker runs on one thread");
 #endif
 
-    bool any_sparta = false, any_diloco = false;
+    bool any_sparta = false, any_diloco = false, any_demo = false;
     for (auto s : c.strategies) {
         any_sparta = any_sparta || uses_sparta(s);
         any_diloco = any_diloco || uses_diloco(s);
+        any_demo = any_demo || uses_demo(s);
     }
     auto strategy_list = [&] {
         std::string s;
@@ -1344,6 +1386,13 @@ inline sim_config parse_cli(std::span<const std::string> args) {
     if (!any_streaming && !streaming_only.empty())
         throw usage_error(streaming_only.front() + ": applies to streaming-diloco, but --strategy is " +
                           strategy_list());
+    if (!any_demo && !demo_only.empty())
+        throw usage_error(demo_only.front() + ": applies to demo and demo-shared, but --strategy is " +
+                          strategy_list());
+    if (c.demo_k > c.demo_chunk * c.demo_chunk)
+        throw usage_error("--demo-k: K must be at most the " + std::to_string(c.demo_chunk * c.demo_chunk) +
+                          " coefficients of a --demo-chunk " + std::to_string(c.demo_chunk) + " tile, got " +
+                          std::to_string(c.demo_k) + (demo_k_given ? "" : " (the default)"));
     if (c.sparta_overlap && !any_sparta)
         throw usage_error("--overlap: applies to sparta and sparta-diloco, but --strategy is " + strategy_list());
     if (c.carry_local && !any_streaming)
@@ -1374,7 +1423,8 @@ inline sim_config parse_cli(std::span<const std::string> args) {
         throw usage_error("--topology " + std::string(name_of(c.topology)) +
                           ": needs at least 2 workers to average with a peer (--workers 1)");
     const auto blocked = [](codec_kind k) { return kind_has<codec_kind, block_size_field>(k); };
-    if (codec_block_given && !(any_sparta && blocked(c.codec)) && !(any_diloco && blocked(c.outer_codec)))
+    if (codec_block_given && !(any_sparta && blocked(c.codec)) && !(any_diloco && blocked(c.outer_codec)) &&
+        !(any_demo && blocked(c.demo_values)))
         throw usage_error("--codec-block: applies to the " +
                           joined(kinds_with<block_size_field>(codec_choices()), ", ", " and ", &dashed) +
                           " codecs only");

@@ -11,6 +11,7 @@ if(NOT TARGET trickle_sim)
         ${CMAKE_CURRENT_LIST_DIR}/strategies_sparta_diloco_overlap.cpp
         ${CMAKE_CURRENT_LIST_DIR}/strategies_elastic.cpp
         ${CMAKE_CURRENT_LIST_DIR}/strategies_elastic_sparta_diloco.cpp
+        ${CMAKE_CURRENT_LIST_DIR}/strategies_demo.cpp
         ${CMAKE_CURRENT_LIST_DIR}/trainer_elastic.cpp)
     target_include_directories(trickle_sim PUBLIC ${CMAKE_CURRENT_LIST_DIR})
     target_link_libraries(trickle_sim PUBLIC trickle)

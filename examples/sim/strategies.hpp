@@ -4,6 +4,7 @@
 // communicator's traffic() for ddp, the algorithm's stats() for the others.
 #pragma once
 
+#include "model.hpp"
 #include "options.hpp"
 
 #include <trickle/trickle.hpp>
@@ -34,6 +35,11 @@ public:
     virtual ~exchanger() = default;
     // Between backward and the optimizer step: may replace the gradient.
     virtual void reduce_gradients(float* /*grads*/, std::size_t /*n*/) {}
+    // In place of the trainer's AdamW step, after the gradient is reduced and clipped: an
+    // exchanger whose algorithm is the optimizer (DeMo) updates the parameters it was built
+    // over from grads (n values) at learning rate lr and returns true; the others return
+    // false and the trainer steps AdamW.
+    virtual bool optimizer_step(const float* /*grads*/, std::size_t /*n*/, float /*lr*/) { return false; }
     // After the optimizer step: may exchange parameters.
     virtual void after_step() {}
     // After the last step: lands an exchange still waiting to be applied (overlapped SPARTA).
@@ -338,6 +344,24 @@ inline trickle::diloco_options make_diloco_options(const sim_config& c, float we
             .aggregate = c.aggregate};
 }
 
+// DeMo's options: the sign step starts at --lr (the trainer sets each step's through
+// optimizer_step), the weight decay is --weight-decay, demo-shared's positions follow --seed.
+inline trickle::demo_options make_demo_options(const sim_config& c) {
+    return {.lr = c.lr,
+            .compression_decay = c.demo_decay,
+            .weight_decay = c.weight_decay,
+            .chunk = static_cast<std::size_t>(c.demo_chunk),
+            .k = static_cast<std::size_t>(c.demo_k),
+            .seed = c.seed};
+}
+
+// How DeMo chunks each of the model's tensors: its rows x cols (the biases' single row: 1-D chunks).
+inline std::vector<trickle::demo_shape> demo_shapes(const std::vector<tensor_slot>& tensors) {
+    std::vector<trickle::demo_shape> shapes;
+    for (const auto& t : tensors) shapes.push_back({.rows = t.rows, .cols = t.cols});
+    return shapes;
+}
+
 // Streaming DiLoCo: DiLoCo's options with --fragments, --overlap-steps, --mix and --carry-local.
 inline trickle::diloco_options make_streaming_options(const sim_config& c, float weight) {
     trickle::diloco_options o = make_diloco_options(c, weight);
@@ -384,11 +408,19 @@ std::unique_ptr<exchanger> make_sparta_diloco_exchanger_elastic(const sim_config
                                                                 const trickle::sparta_options& sparse,
                                                                 const trickle::diloco_options& outer_options);
 
+// DeMo (strategies_demo.cpp), demo or demo-shared, over the model's tensors (group holds
+// them, in this order).
+std::unique_ptr<exchanger> make_demo_exchanger(const sim_config& c, strategy_kind kind,
+                                               const trickle::param_group<float>& group,
+                                               const std::vector<tensor_slot>& tensors, trickle::comm::local& comm);
+
 // Collective (trickle's algorithms check at construction that all workers agree): every
-// worker calls it at once with the same configuration (the weight aside).
+// worker calls it at once with the same configuration (the weight aside). tensors: the
+// model's, which group holds.
 inline std::unique_ptr<exchanger> make_exchanger(strategy_kind kind, const sim_config& c,
                                                  const trickle::param_group<float>& group,
-                                                 trickle::comm::local& comm, float weight = 1.0f) {
+                                                 const std::vector<tensor_slot>& tensors, trickle::comm::local& comm,
+                                                 float weight = 1.0f) {
     switch (kind) {
     case strategy_kind::ddp: return std::make_unique<ddp_exchanger>(comm);
     case strategy_kind::none: return std::make_unique<none_exchanger>();
@@ -401,6 +433,8 @@ inline std::unique_ptr<exchanger> make_exchanger(strategy_kind kind, const sim_c
     case strategy_kind::sparta_diloco:
         return c.sparta_overlap ? make_sparta_diloco_exchanger_async(c, group, comm, weight)
                                 : make_sparta_diloco_exchanger(c, group, comm, weight);
+    case strategy_kind::demo:
+    case strategy_kind::demo_shared: return make_demo_exchanger(c, kind, group, tensors, comm);
     }
     throw usage_error("--strategy: unhandled value");
 }

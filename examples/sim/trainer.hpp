@@ -182,8 +182,10 @@ run_result run_strategy_with(const Model& model, const sim_config& cfg, const da
     std::vector<double> compute_part(W);
     std::vector<std::vector<double>> exposed_part(cfg.networks.size(), std::vector<double>(W));
     result.traffic.resize(W);
-    result.shape.rounds = kind == strategy_kind::ddp ? exchange_rounds(topology_kind::all_reduce, N, 0)
-                                                     : exchange_rounds(cfg.topology, N, cfg.island_size);
+    // ddp and DeMo exchange among all the workers whatever --topology says.
+    result.shape.rounds = kind == strategy_kind::ddp || uses_demo(kind)
+                              ? exchange_rounds(topology_kind::all_reduce, N, 0)
+                              : exchange_rounds(cfg.topology, N, cfg.island_size);
     const bool wall_clock = cfg.model.kind == model_kind::gpt && cfg.threads > 1;
     const auto pairs = replica_pairs(N);
     const std::size_t M = data.eval_positions.size();
@@ -201,7 +203,7 @@ run_result run_strategy_with(const Model& model, const sim_config& cfg, const da
         trickle::param_group<float> group;
         for (const auto& t : model.tensors()) group.add(t.name, params.data() + t.offset, t.size());
         const std::vector<std::uint32_t>& shard = data.shards[R];
-        const auto ex = make_exchanger(kind, cfg, group, comm, static_cast<float>(shard.size()));
+        const auto ex = make_exchanger(kind, cfg, group, model.tensors(), comm, static_cast<float>(shard.size()));
         std::optional<byzantine_worker> byz; // --byzantine: corrupts what it sends at each outer step
         if (const byzantine_spec* b = byzantine_of(cfg.byzantine, r)) byz.emplace(*b, cfg.seed, params);
 
@@ -243,7 +245,8 @@ run_result run_strategy_with(const Model& model, const sim_config& cfg, const da
             ex->reduce_gradients(grads.data(), n);
             c0 = compute_clock(wall_clock);
             if (cfg.clip > 0) clip_global_norm(grads.data(), n, cfg.clip);
-            opt.step(params.data(), grads.data(), learning_rate(cfg, t));
+            const float lr = learning_rate(cfg, t);
+            if (!ex->optimizer_step(grads.data(), n, lr)) opt.step(params.data(), grads.data(), lr);
             compute_s += compute_clock(wall_clock) - c0;
             const bool corrupt = byz && t % cfg.outer_interval == 0;
             if (corrupt) byz->before_outer(params);

@@ -175,7 +175,8 @@ TEST_CASE("cli: --model gpt and its options; the mlp's defaults stay as they wer
 TEST_CASE("cli: enumerations accept exactly their documented names") {
     for (auto [name, s] : {std::pair{"ddp", strategy_kind::ddp}, std::pair{"none", strategy_kind::none},
                            std::pair{"sparta", strategy_kind::sparta}, std::pair{"diloco", strategy_kind::diloco},
-                           std::pair{"sparta-diloco", strategy_kind::sparta_diloco}})
+                           std::pair{"sparta-diloco", strategy_kind::sparta_diloco}, std::pair{"demo", strategy_kind::demo},
+                           std::pair{"demo-shared", strategy_kind::demo_shared}})
         CHECK(parse({"--strategy", name}).strategies == std::vector<strategy_kind>{s});
     for (auto [name, s] : {std::pair{"uniform", sampler_kind::uniform}, std::pair{"permutation", sampler_kind::permutation},
                            std::pair{"block", sampler_kind::block}, std::pair{"layerwise", sampler_kind::layerwise}})
@@ -213,7 +214,7 @@ TEST_CASE("cli: bad input is an error that names the option") {
         {{"--Workers", "2"}, "unknown option '--Workers'"},
         {{"-w", "2"}, "unexpected argument '-w'"},
         {{"stray"}, "unexpected argument 'stray'"},
-        {{"--strategy", "allreduce"}, "--strategy: expected one of ddp|none|sparta|diloco|sparta-diloco|streaming-diloco, got 'allreduce'"},
+        {{"--strategy", "allreduce"}, "--strategy: expected one of ddp|none|sparta|diloco|sparta-diloco|streaming-diloco|demo|demo-shared, got 'allreduce'"},
         {{"--strategy", "ddp,,none"}, "--strategy: expected one of"},
         {{"--strategy", "ddp,"}, "--strategy: expected one of"},
         {{"--strategy", ""}, "--strategy"},
@@ -397,9 +398,91 @@ TEST_CASE("cli: --help documents every option and exits 0") {
                             "--codec-block", "--error-feedback", "--outer-topk", "--model", "--d-model", "--heads",
                             "--lr-schedule", "--clip", "--threads", "--quiet", "--help", "--fragments",
                             "--overlap-steps", "--mix", "--overlap", "--network", "--step-time", "streaming-diloco",
-                            "datacenter", "cross-region", "internet"})
+                            "datacenter", "cross-region", "internet", "demo-shared", "--demo-chunk", "--demo-k",
+                            "--demo-decay", "--demo-values"})
         CHECK_MESSAGE(r.out.find(opt) != std::string::npos, opt);
     CHECK(r.out.find("correlation,bytes_sent_per_worker,reduction_vs_ddp,wall_s,peak_bytes,") != std::string::npos);
+}
+
+TEST_CASE("cli: demo and demo-shared parse with DeMo's defaults and their own options") {
+    sim_config c = parse({"--strategy", "demo"});
+    CHECK(c.strategies == std::vector<strategy_kind>{strategy_kind::demo});
+    CHECK(c.demo_chunk == 64);
+    CHECK(c.demo_k == 32);
+    CHECK(c.demo_decay == 0.999);
+    CHECK(c.demo_values == codec_kind::fp32);
+    c = parse({"--strategy", "ddp,demo-shared", "--demo-chunk", "16", "--demo-k=256", "--demo-decay", "0",
+               "--demo-values", "int8", "--codec-block", "32"});
+    CHECK(c.strategies == std::vector<strategy_kind>{strategy_kind::ddp, strategy_kind::demo_shared});
+    CHECK(c.demo_chunk == 16);
+    CHECK(c.demo_k == 256); // every coefficient of a 16 x 16 tile
+    CHECK(c.demo_decay == 0.0);
+    CHECK(c.demo_values == codec_kind::int8);
+    CHECK(c.codec_block == 32);
+    c = parse({"--strategy", "demo", "--demo-chunk", "256", "--demo-k", "65536", "--demo-decay", "1",
+               "--demo-values", "fp8-e4m3"});
+    CHECK(c.demo_chunk == 256);
+    CHECK(c.demo_k == 65536);
+    CHECK(c.demo_decay == 1.0);
+    CHECK(c.demo_values == codec_kind::fp8_e4m3);
+    CHECK(parse({"--strategy", "demo", "--demo-chunk", "1", "--demo-k", "1"}).demo_chunk == 1);
+}
+
+TEST_CASE("cli: bad DeMo input, and DeMo's options without a demo strategy, are refused before any run") {
+    struct bad {
+        std::initializer_list<std::string> args;
+        const char* message;
+    };
+    const bad cases[] = {
+        {{"--strategy", "demo", "--demo-chunk", "0"}, "--demo-chunk: must be in [1, 256], got '0'"},
+        {{"--strategy", "demo", "--demo-chunk", "257"}, "--demo-chunk: must be in [1, 256], got '257'"},
+        {{"--strategy", "demo", "--demo-chunk", "8.5"}, "--demo-chunk: expected an integer, got '8.5'"},
+        {{"--strategy", "demo", "--demo-k", "0"}, "--demo-k: must be in [1, 65536], got '0'"},
+        {{"--strategy", "demo", "--demo-chunk", "4", "--demo-k", "17"},
+         "--demo-k: K must be at most the 16 coefficients of a --demo-chunk 4 tile, got 17"},
+        {{"--strategy", "demo-shared", "--demo-chunk", "4"},
+         "--demo-k: K must be at most the 16 coefficients of a --demo-chunk 4 tile, got 32 (the default)"},
+        {{"--strategy", "demo", "--demo-decay", "1.5"}, "--demo-decay: must be in [0, 1], got '1.5'"},
+        {{"--strategy", "demo", "--demo-decay", "-0.1"}, "--demo-decay: must be in [0, 1], got '-0.1'"},
+        {{"--strategy", "demo", "--demo-decay", "nan"}, "--demo-decay: expected a finite number, got 'nan'"},
+        {{"--strategy", "demo", "--demo-values", "int3"},
+         "--demo-values: expected one of fp32|bf16|fp16|fp8-e4m3|fp8-e5m2|fp8-block|int8|int4|sign2, got 'int3' "
+         "(the registry's spelling: fp32|bf16|fp16|fp8_e4m3|fp8_e5m2|fp8_block|int8|int4|sign2)"},
+        {{"--strategy", "demo", "--demo-k", "4", "--demo-k", "8"}, "--demo-k: given more than once"},
+        // DeMo's options with no demo strategy: refused, not ignored.
+        {{"--demo-chunk", "16"},
+         "--demo-chunk: applies to demo and demo-shared, but --strategy is ddp,none,sparta,diloco,sparta-diloco"},
+        {{"--strategy", "ddp", "--demo-k", "4"}, "--demo-k: applies to demo and demo-shared, but --strategy is ddp"},
+        {{"--strategy", "sparta,diloco", "--demo-decay", "0.9"},
+         "--demo-decay: applies to demo and demo-shared, but --strategy is sparta,diloco"},
+        {{"--strategy", "streaming-diloco", "--demo-values", "bf16"},
+         "--demo-values: applies to demo and demo-shared, but --strategy is streaming-diloco"},
+        // The other strategies' options with only DeMo.
+        {{"--strategy", "demo", "--codec", "bf16"}, "--codec: applies to sparta and sparta-diloco, but --strategy is demo"},
+        {{"--strategy", "demo", "--outer-codec", "bf16"},
+         "--outer-codec: applies to diloco, sparta-diloco and streaming-diloco, but --strategy is demo"},
+        {{"--strategy", "demo-shared", "--topology", "ring"},
+         "--topology: applies to sparta and diloco strategies, but --strategy is demo-shared"},
+        {{"--strategy", "demo", "--codec-block", "32"}, "--codec-block: applies to the fp8-block, int8, int4 and sign2 codecs only"},
+        {{"--strategy", "demo", "--aggregate", "median"},
+         "--aggregate: applies to --strategy diloco and sparta-diloco only (DiLoCo's outer step), but --strategy is demo"},
+        {{"--strategy", "demo", "--fail", "1@10"},
+         "--fail: applies to --strategy diloco, sparta and sparta-diloco (the elastic rounds of trickle's algorithms; "
+         "ddp, none, demo and demo-shared have none, and streaming-diloco is refused over an elastic world), but "
+         "--strategy is demo"},
+        {{"--strategy", "demo", "--workers", "2", "--speeds", "1,0.5"},
+         "--speeds: applies to --strategy diloco only (rounds at a deadline use DiLoCo's manual outer steps; every "
+         "other strategy meets in lock step), but --strategy is demo"},
+    };
+    for (const auto& c : cases) {
+        CAPTURE(c.message);
+        CHECK(error_of(c.args) == c.message);
+    }
+    // The program exits 2 before the header, let alone a run.
+    const auto r = run({"--strategy", "demo", "--demo-chunk", "2", "--demo-k", "5"});
+    CHECK(r.code == 2);
+    CHECK(r.out.empty());
+    CHECK(r.err == "trickle-sim: --demo-k: K must be at most the 4 coefficients of a --demo-chunk 2 tile, got 5\n");
 }
 
 TEST_CASE("cli: streaming-diloco and --overlap parse, with their defaults") {
@@ -583,7 +666,7 @@ TEST_CASE("cli: echoed values have their control bytes escaped, so every message
         {{"--bo\ngus", "1"}, "unknown option '--bo\\ngus' (see --help)"},
         {{"--bo\x01gus=1"}, "unknown option '--bo\\x01gus' (see --help)"},
         {{"stray\targ"}, "unexpected argument 'stray\\targ' (options start with --; see --help)"},
-        {{"--strategy", "ddp,ddp\n"}, "--strategy: expected one of ddp|none|sparta|diloco|sparta-diloco|streaming-diloco, got 'ddp\\n'"},
+        {{"--strategy", "ddp,ddp\n"}, "--strategy: expected one of ddp|none|sparta|diloco|sparta-diloco|streaming-diloco|demo|demo-shared, got 'ddp\\n'"},
         {{"--model", "gpt\r"}, "--model: expected one of mlp|gpt, got 'gpt\\r'"},
         {{"--lr", "0.1\n"}, "--lr: expected a finite number, got '0.1\\n'"},
         {{"--workers", "a\\b"}, "--workers: expected an integer, got 'a\\\\b'"},

@@ -110,7 +110,7 @@ TEST_CASE("elastic cli: bad input is an error that names the option") {
         {{"--strategy", "diloco", "--workers", "2", "--fail", "0@10,1@150", "--join", "0@120"}, "--fail 1@150: no worker is alive after it"},
         {{"--strategy", "diloco", "--workers", "1", "--fail", "0@99", "--join", "1@50"}, "--join 1@50: no member is alive at the round boundary at step 100 to hand it the state"},
         // Strategies, topologies, streaming and overlap.
-        {{"--fail", "1@10"}, "--fail: applies to --strategy diloco, sparta and sparta-diloco (the elastic rounds of trickle's algorithms; ddp and none have none, and streaming-diloco is refused over an elastic world), but --strategy is ddp,none,sparta,diloco,sparta-diloco"},
+        {{"--fail", "1@10"}, "--fail: applies to --strategy diloco, sparta and sparta-diloco (the elastic rounds of trickle's algorithms; ddp, none, demo and demo-shared have none, and streaming-diloco is refused over an elastic world), but --strategy is ddp,none,sparta,diloco,sparta-diloco"},
         {{"--strategy", "ddp", "--min-workers", "2"}, "--min-workers: applies to --strategy diloco, sparta and sparta-diloco"},
         {{"--strategy", "diloco,none", "--join", "4@10"}, "--join: applies to --strategy diloco, sparta and sparta-diloco"},
         {{"--strategy", "streaming-diloco", "--fail", "1@10"}, "but --strategy is streaming-diloco"},

@@ -38,6 +38,29 @@ std::uint64_t all_reduce_total(std::size_t count, int workers, int rank, std::ui
     return exchanges * trickle::detail::all_reduce_bytes(count, sizeof(float), workers, rank);
 }
 
+// What a demo_engine over the model counts for `steps` steps under cfg, on each worker: built
+// here as the library's tests build it, beside the simulator's exchanger (its bytes depend on
+// the shapes and options only, so zero gradients send what training sends).
+template <class Select>
+std::vector<trickle::exchange_stats> demo_engine_stats(const sim_config& cfg, const dataset& data, int steps) {
+    const mlp model(cfg.model, data.vocab());
+    std::vector<trickle::exchange_stats> out(static_cast<std::size_t>(cfg.workers));
+    trickle::comm::run_local(cfg.workers, [&](trickle::comm::local& comm) {
+        std::vector<float> params(model.size()), grads(model.size(), 0.0f);
+        model.init(params, cfg.seed);
+        trickle::param_group<float> p, g;
+        for (const auto& t : model.tensors()) {
+            p.add(t.name, params.data() + t.offset, t.size());
+            g.add(t.name, grads.data() + t.offset, t.size());
+        }
+        trickle::demo_engine<trickle::comm::local, Select, trickle::codec::any> engine(
+            p, g, demo_shapes(model.tensors()), comm, make_demo_options(cfg), make_codec(cfg.demo_values, cfg.codec_block));
+        for (int t = 0; t < steps; ++t) engine.step(trickle::exec::host{});
+        out[static_cast<std::size_t>(comm.rank())] = engine.stats();
+    });
+    return out;
+}
+
 // What each worker sends for the reports a DiLoCo outer round begins with (an all-gather of
 // 16 bytes per worker, whatever the topology: trickle/algorithm/stage/aggregate.hpp).
 std::uint64_t reports(int workers) { return trickle::cost::outer_reports(workers); }
@@ -207,7 +230,8 @@ TEST_CASE("runs: every sampler and fraction schedule runs through the dispatch a
 TEST_CASE("runs: one worker trains alone and reports no traffic for every strategy") {
     sim_config cfg = sim_test::tiny_config(1, 10);
     const dataset data = prepare_data(cfg);
-    for (auto s : {strategy_kind::ddp, strategy_kind::none, strategy_kind::sparta}) {
+    for (auto s : {strategy_kind::ddp, strategy_kind::none, strategy_kind::sparta, strategy_kind::demo,
+                   strategy_kind::demo_shared}) {
         const run_result r = run_strategy(cfg, data, s);
         CHECK(r.rows.back().bytes_sent_per_worker == 0);
         CHECK(r.rows.back().correlation == 1.0);
@@ -590,4 +614,72 @@ TEST_CASE("runs: --network fills sim_wall_s and a column per further network, an
         ++rows;
     }
     CHECK(rows == 2);
+}
+
+TEST_CASE("runs: demo and demo-shared keep replicas bit-identical, learn, and send what the engine counts") {
+    sim_config cfg = sim_test::tiny_config(3, 30);
+    cfg.demo_chunk = 8; // the tiny model's tensors are 16 to 44 wide: several chunks each
+    cfg.demo_k = 2;
+    // DeMo exchanges among all the workers: --topology (here set for a sparta beside it) is not its.
+    cfg.topology = topology_kind::ring;
+    const dataset data = prepare_data(cfg);
+    const run_result ddp = run_strategy(cfg, data, strategy_kind::ddp);
+    for (auto kind : {strategy_kind::demo, strategy_kind::demo_shared}) {
+        CAPTURE(name_of(kind));
+        const run_result r = run_strategy(cfg, data, kind);
+        // Every worker applies the same update: the replicas never part.
+        for (const auto& rep : r.replicas) CHECK(bitwise_equal(rep, r.replicas[0]));
+        for (const auto& row : r.rows) CHECK(row.correlation == 1.0);
+        CHECK(r.rows.back().eval_loss < r.rows.front().eval_loss - 0.05);
+        CHECK(r.rows.back().train_loss < r.rows.front().train_loss);
+
+        const auto stats = kind == strategy_kind::demo ? demo_engine_stats<trickle::demo_select::top_k>(cfg, data, 30)
+                                                       : demo_engine_stats<trickle::demo_select::shared>(cfg, data, 30);
+        std::uint64_t peak = 0;
+        for (std::size_t w = 0; w < 3; ++w) {
+            CHECK(stats[w].exchanges == 30);
+            CHECK(r.bytes_sent[w] == stats[w].total.bytes_sent);
+            CHECK(r.bytes_sent[w] * 8 < ddp.bytes_sent[w]);
+            peak = std::max(peak, stats[w].last.bytes_sent);
+            // top-k sends each worker's own positions; the shared seed's need none.
+            if (kind == strategy_kind::demo)
+                CHECK(stats[w].sent.indices > 0);
+            else
+                CHECK(stats[w].sent.indices == 0);
+            // One blocking exchange per step, at the all-reduce's rounds.
+            REQUIRE(r.traffic[w].size() == 30);
+            for (const auto& t : r.traffic[w]) {
+                CHECK(t.blocking_ops == 1);
+                CHECK(t.hidden_ops == 0);
+            }
+        }
+        CHECK(r.rows.back().peak_bytes == peak);
+        CHECK(r.shape.rounds == exchange_rounds(topology_kind::all_reduce, 3, 0));
+        CHECK(r.shape.hide_steps == 0);
+    }
+}
+
+TEST_CASE("runs: demo's values through a lossy codec keep the replicas identical; the header names the settings") {
+    sim_config cfg = sim_test::tiny_config(3, 20);
+    cfg.demo_chunk = 8;
+    cfg.demo_k = 2;
+    cfg.demo_values = codec_kind::sign2;
+    cfg.codec_block = 4;
+    const dataset data = prepare_data(cfg);
+    const run_result r = run_strategy(cfg, data, strategy_kind::demo);
+    for (const auto& rep : r.replicas) CHECK(bitwise_equal(rep, r.replicas[0]));
+    CHECK(r.rows.back().eval_loss < r.rows.front().eval_loss);
+    const auto stats = demo_engine_stats<trickle::demo_select::top_k>(cfg, data, 20);
+    for (std::size_t w = 0; w < 3; ++w) CHECK(r.bytes_sent[w] == stats[w].total.bytes_sent);
+
+    std::vector<std::string> args{"--strategy", "demo,demo-shared", "--workers", "2", "--steps", "4",
+                                  "--eval-every", "2", "--batch", "4", "--context", "3", "--embed", "3",
+                                  "--hidden", "8", "--layers", "1", "--corpus-chars", "20000", "--eval-size", "64",
+                                  "--demo-chunk", "4", "--demo-k", "3", "--demo-decay", "0.9", "--quiet"};
+    std::ostringstream out, err;
+    REQUIRE(run_cli(args, out, err) == 0);
+    CHECK(err.str().empty());
+    CHECK(out.str().find("demo: chunk 4, top 3 coefficients per chunk, compression decay 0.9, values fp32") !=
+          std::string::npos);
+    for (const char* s : {"demo", "demo-shared"}) CHECK(out.str().find(std::string("\n") + s + " ") != std::string::npos);
 }
