@@ -4,9 +4,9 @@
 # Debian license texts, every configuration under three seeds, one CSV and one TXT per run
 # in docs/experiments/gpt/, then the figures (scripts/plot_gpt_experiments.py).
 #
-#   scripts/gpt_experiments.sh              build trickle-sim in build/gpt-exp, run 1..9, 5b, R, R2
+#   scripts/gpt_experiments.sh              build trickle-sim in build/gpt-exp, run 1..9, 5b, D, R, R2
 #   scripts/gpt_experiments.sh 1 2 4        run only those experiments (numbers below; 5b is
-#                                           experiment 5 at H = 50 and 500; R is the research
+#                                           experiment 5 at H = 50 and 500; D is DeMo; R is the research
 #                                           size, about an hour on two quiet cores; R2 more
 #                                           research-size runs, about 25 minutes a seed)
 #   SIM=path/to/trickle-sim scripts/gpt_experiments.sh   use an existing binary
@@ -46,7 +46,7 @@ fi
 source scripts/sim_corpus.sh
 trickle_sim_and_corpus   # SIM is set, so this only writes the corpus to /tmp/licenses.txt
 
-EXPERIMENTS=${*:-"1 2 3 4 5 6 7 5b 8 9 R R2"}
+EXPERIMENTS=${*:-"1 2 3 4 5 6 7 5b 8 9 D R R2"}
 want() { [[ " $EXPERIMENTS " == *" $1 "* ]]; }
 
 run() { # run NAME ARGS...: one trickle-sim invocation (GPT, license text), its CSV and TXT
@@ -161,6 +161,21 @@ for seed in $SEEDS; do
     #    windows per worker per step instead of 4 (ddp, SPARTA 0.5%, DiLoCo H = 100).
     if want 9; then
         run "batch16_s$seed" --batch 16 --strategy ddp,sparta,diloco --seed "$seed"
+    fi
+done
+# D. DeMo (docs/demo.md) against ddp, SPARTA 0.5% and DiLoCo H = 100 at the default size:
+#    DeMo's published default (chunk 64, k 32), and k matched to DiLoCo's bytes per worker
+#    (demo k 8: 96x less than ddp; demo-shared k 20: 98x) and to SPARTA's (demo k 4: 191x;
+#    demo-shared k 10: 196x). --network internet models each method's wall time.
+for seed in $SEEDS; do
+    if want D; then
+        NET=(--network internet)
+        run "demo_base_s$seed" --strategy ddp,sparta,diloco "${NET[@]}" --seed "$seed"
+        run "demo_k32_s$seed" --strategy demo,demo-shared "${NET[@]}" --seed "$seed"
+        run "demo_k8_s$seed" --strategy demo --demo-k 8 "${NET[@]}" --seed "$seed"
+        run "demo_shared_k20_s$seed" --strategy demo-shared --demo-k 20 "${NET[@]}" --seed "$seed"
+        run "demo_k4_s$seed" --strategy demo --demo-k 4 "${NET[@]}" --seed "$seed"
+        run "demo_shared_k10_s$seed" --strategy demo-shared --demo-k 10 "${NET[@]}" --seed "$seed"
     fi
 done
 # R. The research size (about 1.2M parameters; context 64,

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Figures and tables for docs/experiments.md, sections "The GPT at its default size, three
-seeds" and "The GPT at the research size", from the CSVs scripts/gpt_experiments.sh writes
+seeds" and "The GPT at the research size" (and docs/demo.md's DeMo runs, D), from the CSVs scripts/gpt_experiments.sh writes
 (docs/experiments/gpt/<run>_s<seed>.csv).
 
     python3 scripts/plot_gpt_experiments.py [docs/experiments/gpt]
@@ -416,6 +416,51 @@ if any_(R2):
     summary += lines + [""]
     summary += pair_lines([(RC[1], c) for c in R2[:3]] + [(RC[2], c) for c in R2[3:]] + [(RC[0], c) for c in R2],
                           "R2. paired (same seed) against SPARTA 0.5%, DiLoCo H = 50 (Nesterov) and ddp")
+
+# D. DeMo against ddp, SPARTA 0.5% and DiLoCo H = 100, at DeMo's default k and at k matched
+#    to DiLoCo's and SPARTA's bytes; loss against bytes and against modelled wall time.
+DB = [Config("ddp", "demo_base", "ddp"), Config("SPARTA 0.5%", "demo_base", "sparta"),
+      Config("DiLoCo H = 100", "demo_base", "diloco")]
+DD = [Config("DeMo k = 32 (default)", "demo_k32", "demo"), Config("shared DeMo k = 32", "demo_k32", "demo-shared"),
+      Config("DeMo k = 8 (DiLoCo's bytes)", "demo_k8", "demo"),
+      Config("shared DeMo k = 20 (DiLoCo's bytes)", "demo_shared_k20", "demo-shared"),
+      Config("DeMo k = 4 (SPARTA's bytes)", "demo_k4", "demo"),
+      Config("shared DeMo k = 10 (SPARTA's bytes)", "demo_shared_k10", "demo-shared")]
+if any_(DD):
+    fig, (a1, a2, a3) = plt.subplots(1, 3, figsize=(18, 4.8))
+    bands(a1, DB + DD, "DeMo and the others, 4 workers (mean, min–max)", (1.4, 3.4))
+    for i, c in enumerate(x for x in DB + DD if x):
+        m, _, lo, hi, _ = c.stats()
+        sent = statistics.mean(rows[-1]["bytes_sent_per_worker"] for rows in c.series.values()) / 2**20
+        a2.errorbar([sent], [m], yerr=[[m - lo], [hi - m]], color=COLORS[i % len(COLORS)], marker="o", capsize=4,
+                    label=c.label)
+        steps, mean, _, _ = c.band("sim_wall_s")
+        _, loss, _, _ = c.band()
+        a3.plot(mean, loss, color=COLORS[i % len(COLORS)], label=c.label)
+    a2.set_xscale("log")
+    a2.set_xlabel("MiB sent per worker (2,000 steps)")
+    a2.set_ylabel("final eval loss (mean, min–max)")
+    a2.set_title("loss against bytes")
+    a2.grid(alpha=0.3)
+    a2.legend(fontsize=7)
+    a3.set_xscale("log")
+    a3.set_xlabel("modelled wall time, --network internet (s)")
+    a3.set_ylabel("eval loss (mean over seeds)")
+    a3.set_title("loss against modelled wall time")
+    a3.set_ylim(1.4, 3.4)
+    a3.grid(alpha=0.3)
+    a3.legend(fontsize=7)
+    save(fig, "figD_demo.png")
+    summary += table(DB + DD, "D. DeMo against ddp, SPARTA 0.5% and DiLoCo H = 100 (4 workers)")
+    lines = ["### D. modelled wall time of the 2,000 steps (--network internet), mean over the seeds", "",
+             "| configuration | seconds |", "|---|---|"]
+    for c in DB + DD:
+        if c:
+            lines.append(f"| {c.label} | {statistics.mean(rows[-1]['sim_wall_s'] for rows in c.series.values()):.1f} |")
+    summary += lines + [""]
+    summary += pair_lines([(DB[0], c) for c in DD] + [(DB[2], DD[2]), (DB[2], DD[3]), (DB[1], DD[4]), (DB[1], DD[5]),
+                                                      (DD[0], DD[1]), (DD[2], DD[3]), (DD[4], DD[5])],
+                          "D. paired: against ddp, at matched bytes, and top-k against shared")
 
 with open(os.path.join(OUT, "summary.md"), "w") as f:
     f.write("\n".join(summary))
