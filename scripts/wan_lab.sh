@@ -23,7 +23,8 @@
 #                      +fragN (Streaming DiLoCo's fragments); e.g. "sparta+overlap
 #                      diloco+tau30 diloco+frag4+tau5"; +carry (--carry-local: a late
 #                      average lands plus the progress made meanwhile) and +bf16 (the
-#                      outer gradient in bf16) for diloco. "dense" is trickle.DDP.
+#                      outer gradient in bf16) for diloco. "dense" is trickle.DDP; "demo" is
+#                      trickle.DeMo in place of AdamW, +shared its shared-index selection.
 #   --steps N          optimizer steps per run (default 100)
 #   --unshaped         also run every strategy once without shaping, for the ratio of
 #                      mean step times (the issue's targets are ratios to that)
@@ -77,7 +78,7 @@ fi
 strategy_args() {
     local spec=$1 base part
     base=${spec%%+*}
-    case $base in ddp|dense|sparta|diloco|sparta-diloco) ;; *) return 1 ;; esac
+    case $base in ddp|dense|sparta|diloco|sparta-diloco|demo) ;; *) return 1 ;; esac
     echo "--algo $base"
     [[ "$spec" == *+* ]] || return 0
     local rest=${spec#*+}
@@ -89,12 +90,13 @@ strategy_args() {
             frag[0-9]*) [[ ${part#frag} =~ ^[0-9]+$ && $base == *diloco ]] || return 1; echo "--fragments ${part#frag}" ;;
             carry) [[ $base == *diloco ]] || return 1; echo "--carry-local" ;;
             bf16) [[ $base == *diloco ]] || return 1; echo "--outer-codec bf16" ;;
+            shared) [[ $base == demo ]] || return 1; echo "--demo-selection shared" ;;
             *) return 1 ;;
         esac
     done
 }
 for a in $algos; do
-    strategy_args "$a" > /dev/null || die "unknown strategy '$a' in --algos (ddp, dense, sparta, diloco, sparta-diloco; variants +overlap for sparta, +tauN, +fragN, +carry and +bf16 for diloco)"
+    strategy_args "$a" > /dev/null || die "unknown strategy '$a' in --algos (ddp, dense, sparta, diloco, sparta-diloco, demo; variants +overlap for sparta, +tauN, +fragN, +carry and +bf16 for diloco, +shared for demo)"
 done
 
 # Rates: "10mbit" -> bits per second (tc's units), for the burst and the report.
