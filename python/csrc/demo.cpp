@@ -120,6 +120,9 @@ private:
 };
 
 void bind_demo(py::module_& m) {
+    // The selections' names, as the engines' Select policies declare them (trickle.DeMo's
+    // selection=).
+    m.attr("demo_selections") = py::make_tuple(trickle::demo_select::top_k::name, trickle::demo_select::shared::name);
     py::class_<bound_demo>(m, "DeMoEngine")
         .def(py::init<process_group_ptr, const named_tensors&, const named_tensors&,
                       const std::vector<std::pair<std::size_t, std::size_t>>&, const py::dict&>(),

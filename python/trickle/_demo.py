@@ -20,7 +20,7 @@ from . import _C
 from ._algorithms import CODECS, _as_bytes, _resolve_group
 from ._stats import Stats
 
-SELECTIONS = ("top_k", "shared")
+SELECTIONS = tuple(_C.demo_selections)  # the C++ engine's demo_select names
 
 # The hyperparameters a parameter group may set (torch.optim's defaults dict).
 _GROUP_KEYS = ("lr", "compression_decay", "weight_decay", "chunk", "k")
@@ -206,11 +206,16 @@ class DeMo(torch.optim.Optimizer):
                     raise ValueError("trickle.DeMo: sparse gradients are not supported")
                 else:
                     g.copy_(p.grad)
-            if group["lr"] != self._built_lr[i]:
-                engine.set_lr(float(group["lr"]))
-                self._built_lr[i] = group["lr"]
+            self._follow_lr(i)
             engine.step()
         return loss
+
+    def _follow_lr(self, i: int) -> None:
+        """Gives group i's engine the group's lr if a scheduler (or a loaded state) changed it."""
+        lr = self.param_groups[i]["lr"]
+        if lr != self._built_lr[i]:
+            self._engines[i][0].set_lr(float(lr))
+            self._built_lr[i] = lr
 
     # -- accounts --
 
@@ -282,7 +287,5 @@ class DeMo(torch.optim.Optimizer):
                 e.load_bytes(b)
             raise
         super().load_state_dict(sd)
-        for i, group in enumerate(self.param_groups):
-            if group["lr"] != self._built_lr[i]:
-                self._engines[i][0].set_lr(float(group["lr"]))
-                self._built_lr[i] = group["lr"]
+        for i in range(len(self.param_groups)):
+            self._follow_lr(i)
