@@ -222,8 +222,6 @@ public:
 // from its registry (options.hpp, registry_of), so a policy added to a registry is offered
 // here without a change.
 using sampler_choice = trickle::sampler::registry::apply<std::variant>;
-using schedule_choice =
-    trickle::type_list_filter_t<cli_schedule, trickle::schedule::registry>::apply<std::variant>;
 
 // The topology, chosen at run time: trickle::topology::any holds every registered one, so
 // they add no instantiations (each algorithm is compiled once for it).
@@ -237,9 +235,16 @@ inline sampler_choice make_sampler(const sim_config& c) {
     });
 }
 
-// A schedule of kind k that decays to `end` over `steps` (when it decays at all).
-inline schedule_choice make_schedule(schedule_kind k, double end, std::uint64_t steps, std::string_view opt) {
-    return visit_kind(k, [&](auto t) -> schedule_choice {
+// A schedule of kind k that decays to `end` over `steps` (when it decays at all), held by
+// the library's run-time schedule (trickle::schedule::any): the algorithms are compiled
+// once for it rather than once per schedule (a third of the sparta and sparta_diloco
+// instantiations), for one variant visit per exchange; its fractions and its describe()
+// are the held schedule's, so the bits and the configuration hash are those of the
+// schedule itself.
+using runtime_schedule = trickle::schedule::any;
+
+inline runtime_schedule make_runtime_schedule(schedule_kind k, double end, std::uint64_t steps, std::string_view opt) {
+    return visit_kind(k, [&](auto t) -> runtime_schedule {
         using S = typename decltype(t)::type;
         if constexpr (cli_schedule<S>::value) {
             S s{};
@@ -254,8 +259,9 @@ inline schedule_choice make_schedule(schedule_kind k, double end, std::uint64_t 
     });
 }
 
-inline schedule_choice make_schedule(const sim_config& c) {
-    return make_schedule(c.fraction_schedule, c.fraction_end, static_cast<std::uint64_t>(c.steps), "--fraction-schedule");
+inline runtime_schedule make_runtime_schedule(const sim_config& c) {
+    return make_runtime_schedule(c.fraction_schedule, c.fraction_end, static_cast<std::uint64_t>(c.steps),
+                                 "--fraction-schedule");
 }
 
 inline topology_choice make_topology(const sim_config& c) {
@@ -298,11 +304,11 @@ inline trickle::sparta_options make_sparta_options(const sim_config& c) {
 }
 
 
-// The outer learning-rate schedule, chosen at run time (trickle::schedule::any), so that
-// scheduling the outer lr adds no instantiations: every optimizer with an lr is wrapped in
-// lr_scheduled with it. Its multiplier is exactly 1 when constant, so an unscheduled run
-// gives the bits of the bare optimizer.
-using runtime_lr_schedule = trickle::schedule::any;
+// The outer learning-rate schedule, a runtime_schedule too, so that scheduling the outer
+// lr adds no instantiations: every optimizer with an lr is wrapped in lr_scheduled with
+// it. Its multiplier is exactly 1 when constant, so an unscheduled run gives the bits of
+// the bare optimizer.
+using runtime_lr_schedule = runtime_schedule;
 
 // An optimizer with a learning rate runs as outer::maybe_lr_scheduled (the library's
 // front-end type: its schedule always set here); average, which has none, as itself.
@@ -316,8 +322,7 @@ using outer_choice = trickle::type_list_map_t<with_outer_schedule_t, trickle::ou
 inline runtime_lr_schedule make_outer_lr_schedule(const sim_config& c) {
     // Outer steps in the run: the schedule's steps count them.
     const auto outer_steps = static_cast<std::uint64_t>(std::max(1, c.steps / c.outer_interval));
-    return std::visit([](const auto& s) -> runtime_lr_schedule { return s; },
-                      make_schedule(c.outer_lr_schedule, c.outer_lr_end, outer_steps, "--outer-lr-schedule"));
+    return make_runtime_schedule(c.outer_lr_schedule, c.outer_lr_end, outer_steps, "--outer-lr-schedule");
 }
 
 // The library builds the optimizer by name (outer::visit_named): --outer-lr and

@@ -24,14 +24,15 @@ template <bool Async, class Comm>
 std::unique_ptr<exchanger> sparta_exchanger(const sim_config& c, const trickle::param_group<float>& group, Comm& comm,
                                             const trickle::sparta_options& options) {
     const topology_choice top = make_topology(c);
+    const runtime_schedule sch = make_runtime_schedule(c);
     return std::visit(
-        [&](auto sam, auto sch) -> std::unique_ptr<exchanger> {
-            using algorithm = trickle::sparta<decltype(sam), decltype(sch), topology_choice, trickle::codec::any>;
+        [&](auto sam) -> std::unique_ptr<exchanger> {
+            using algorithm = trickle::sparta<decltype(sam), runtime_schedule, topology_choice, trickle::codec::any>;
             return wrap_algorithm<Async, algorithm>(comm, [&](auto& on) {
                 return algorithm(group, on, options, sam, sch, top, make_codec(c.codec, c.codec_block));
             });
         },
-        make_sampler(c), make_schedule(c));
+        make_sampler(c));
 }
 
 template <bool Async, class Comm>
@@ -52,16 +53,17 @@ std::unique_ptr<exchanger> sparta_diloco_exchanger(const sim_config& c, const tr
                                                    Comm& comm, const trickle::sparta_options& sparse,
                                                    const trickle::diloco_options& outer_options) {
     const topology_choice top = make_topology(c);
+    const runtime_schedule sch = make_runtime_schedule(c);
     return std::visit(
-        [&](auto sam, auto sch, auto out, auto wire) -> std::unique_ptr<exchanger> {
-            using algorithm = trickle::sparta_diloco<decltype(sam), decltype(sch), topology_choice, decltype(out),
+        [&](auto sam, auto out, auto wire) -> std::unique_ptr<exchanger> {
+            using algorithm = trickle::sparta_diloco<decltype(sam), runtime_schedule, topology_choice, decltype(out),
                                                      trickle::codec::any, decltype(wire)>;
             return wrap_algorithm<Async, algorithm>(comm, [&](auto& on) {
                 return algorithm(group, on, sparse, outer_options, sam, sch, top, out, make_codec(c.codec, c.codec_block),
                                  wire);
             });
         },
-        make_sampler(c), make_schedule(c), make_outer(c), make_outer_wire(c));
+        make_sampler(c), make_outer(c), make_outer_wire(c));
 }
 
 } // namespace trickle_sim::detail
