@@ -97,7 +97,7 @@ TEST_CASE("cli registry: every registered schedule the options can build parses;
         CHECK(name_of(parse(outer).outer_lr_schedule) == name);
         // The schedule built from the options is the one named, with the run's end and steps.
         const sim_config c = parse(sparse);
-        std::visit([&](const auto& s) { CHECK(std::string_view(s.name) == name); }, make_schedule(c));
+        CHECK(std::string_view(make_runtime_schedule(c).held_name()) == name);
         CHECK(std::string_view(make_outer_lr_schedule(parse(outer)).held_name()) == name);
     }
     // No option of trickle-sim gives piecewise's points. A schedule added to the registry

@@ -8,6 +8,8 @@
 #include <trickle/torch.hpp>
 #include <trickle/torch/process_group_cuda.hpp>
 
+#include <torch/nn/module.h>
+
 #include "device_wrappers.hpp"
 
 #include <optional>

@@ -13,11 +13,19 @@
 
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/variable.h>
-#include <torch/nn/module.h>
+
+// A module's parameters are read through its own interface (named_parameters()), so the
+// module API is only declared here: its header (<torch/nn/module.h>, which a program that
+// defines a module includes anyway) costs every translation unit of a binding that never
+// sees a module about 12 seconds of parsing.
+namespace torch::nn {
+class Module;
+} // namespace torch::nn
 
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -166,8 +174,11 @@ inline model_params params(const std::vector<at::Tensor>& tensors) {
 }
 
 // A module's parameters (named_parameters(), recursively), or only those that require
-// gradients when trainable_only is true.
-inline model_params params(const ::torch::nn::Module& module, bool trainable_only = false) {
+// gradients when trainable_only is true. Module is torch::nn::Module or a class derived
+// from it (a template only so that this header need not include the module API).
+template <class Module>
+    requires std::is_base_of_v<::torch::nn::Module, Module>
+model_params params(const Module& module, bool trainable_only = false) {
     std::vector<std::pair<std::string, at::Tensor>> named;
     for (const auto& item : module.named_parameters(/*recurse=*/true)) {
         if (trainable_only && !item.value().requires_grad()) continue;
