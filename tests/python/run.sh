@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tests/python/run.sh: builds trickle's Python package (python/) into a virtual environment
-# and runs its tests: tests/python/test_local.py, test_registry.py and test_stubs.py (one process),
+# and runs its tests: tests/python/test_local.py, test_registry.py, test_stubs.py and test_docs.py (one process),
 # test_distributed.py and test_demo.py (4 processes, gloo), test_cuda.py (CUDA tensors: skipped without a
 # GPU or a CUDA build), test_elastic.py (3 processes over trickle.Elastic,
 # one killed with SIGKILL and restarted), test_peer_failure.py (2 processes, one leaves)
@@ -154,6 +154,7 @@ fi
 run "test_local (1 process)" timeout 300 "$VPY" tests/python/test_local.py
 run "test_registry (1 process)" timeout 300 "$VPY" tests/python/test_registry.py
 run "test_stubs (1 process: the type stubs against the runtime)" timeout 300 "$VPY" tests/python/test_stubs.py
+run "test_docs (1 process: docs/python-api.md's options and signatures against the classes)" timeout 300 "$VPY" tests/python/test_docs.py
 run "test_distributed (torchrun, $NPROC processes, gloo)" timeout 600 "${torchrun[@]}" tests/python/test_distributed.py
 run "test_demo (torchrun, $NPROC processes, gloo: trickle.DeMo)" timeout 300 "${torchrun[@]}" tests/python/test_demo.py
 run "test_elastic (3 worker processes over trickle.Elastic, one killed and restarted)" \
