@@ -304,22 +304,21 @@ inline trickle::sparta_options make_sparta_options(const sim_config& c) {
 }
 
 
-// The outer learning-rate schedule, a runtime_schedule too, so that scheduling the outer
+// The outer learning-rate schedule is a runtime_schedule too, so that scheduling the outer
 // lr adds no instantiations: every optimizer with an lr is wrapped in lr_scheduled with
 // it. Its multiplier is exactly 1 when constant, so an unscheduled run gives the bits of
 // the bare optimizer.
-using runtime_lr_schedule = runtime_schedule;
-
+//
 // An optimizer with a learning rate runs as outer::maybe_lr_scheduled (the library's
 // front-end type: its schedule always set here); average, which has none, as itself.
 template <class Opt>
-using scheduled = trickle::outer::maybe_lr_scheduled<Opt, runtime_lr_schedule>;
+using scheduled = trickle::outer::maybe_lr_scheduled<Opt, runtime_schedule>;
 
 template <class Opt>
-using with_outer_schedule_t = trickle::outer::maybe_lr_scheduled_t<Opt, runtime_lr_schedule>;
+using with_outer_schedule_t = trickle::outer::maybe_lr_scheduled_t<Opt, runtime_schedule>;
 using outer_choice = trickle::type_list_map_t<with_outer_schedule_t, trickle::outer::registry>::apply<std::variant>;
 
-inline runtime_lr_schedule make_outer_lr_schedule(const sim_config& c) {
+inline runtime_schedule make_outer_lr_schedule(const sim_config& c) {
     // Outer steps in the run: the schedule's steps count them.
     const auto outer_steps = static_cast<std::uint64_t>(std::max(1, c.steps / c.outer_interval));
     return make_runtime_schedule(c.outer_lr_schedule, c.outer_lr_end, outer_steps, "--outer-lr-schedule");
@@ -328,7 +327,7 @@ inline runtime_lr_schedule make_outer_lr_schedule(const sim_config& c) {
 // The library builds the optimizer by name (outer::visit_named): --outer-lr and
 // --outer-momentum reach the fields it has.
 inline outer_choice make_outer(const sim_config& c) {
-    std::optional<runtime_lr_schedule> lrs;
+    std::optional<runtime_schedule> lrs;
     if (kind_has<outer_kind, trickle::fields::lr>(c.outer)) lrs = make_outer_lr_schedule(c);
     return trickle::outer::visit_named(name_of(c.outer), {.lr = c.outer_lr, .momentum = c.outer_momentum}, lrs,
                                        [](const auto& o) -> outer_choice { return o; });

@@ -62,16 +62,17 @@ def test_every_option_table_row_names_real_options_with_their_defaults():
         assert classes, f"{where}: the heading {heading!r} names no class"
         assert names, f"{where}: a row without an option name"
         assert len(defaults) in (1, len(names)), f"{where}: {len(names)} options but {len(defaults)} defaults"
+        actual = {c: _signature_defaults(getattr(trickle, c)) for c in classes}
         for i, name in enumerate(names):
             text = defaults[i] if len(defaults) == len(names) else defaults[0]
             documented = ast.literal_eval(text)
-            actual = {c: _signature_defaults(getattr(trickle, c)) for c in classes}
             having = {c: a[name] for c, a in actual.items() if name in a}
             assert having, f"{where}: `{name}` is no option of {', '.join(classes)}"
             # The same name may differ between classes (SPARTA's interval is 1, DiLoCo's 500):
-            # the row is right when one of its section's classes has that default.
-            assert any(type(v) is type(documented) and v == documented for v in having.values()) or (
-                any(isinstance(v, float) and v == documented for v in having.values())
+            # the row is right when one of its section's classes has that default, of the
+            # same type (a float default may be written as an integer).
+            assert any(
+                v == documented and (type(v) is type(documented) or isinstance(v, float)) for v in having.values()
             ), f"{where}: `{name}` documented as {text}, but the default is " + ", ".join(
                 f"{c}: {v!r}" for c, v in having.items()
             )
