@@ -1,7 +1,8 @@
-// trickle/outer.hpp: the outer optimizers of DiLoCo (average, sgd, momentum, nesterov, adam), their concept, their registry, and lr_scheduled.
+// trickle/outer.hpp: the outer optimizers of DiLoCo (average, sgd, momentum, nesterov, adam), their concept, their registry, lr_scheduled, and outer::any (one chosen at run time).
 #pragma once
 
 #include <trickle/outer/adam.hpp>
+#include <trickle/outer/any.hpp>
 #include <trickle/outer/average.hpp>
 #include <trickle/outer/lr_schedule.hpp>
 #include <trickle/outer/momentum.hpp>

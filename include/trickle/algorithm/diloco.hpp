@@ -395,7 +395,7 @@ private:
         n_ = group.total_size();
         ex_ = detail::place_group(comm_, group, kind, flat_, ws_, options_.device_pool);
         dense_per_step_ = detail::dense_bytes_of(comm_, n_);
-        state_floats_ = outer_state_floats<Outer>(n_);
+        state_floats_ = outer_state_floats(outer_, n_);
         const detail::fragment_config frag = detail::fragments_of(options_);
         const std::size_t slot0 =
             frag.streams() ? detail::fragment_stream<T, Space>::workspace_values(frag, flat_.host_layout(), n_) : n_ + 1;

@@ -9,6 +9,7 @@
 #include <concepts>
 #include <cstddef>
 #include <type_traits>
+#include <utility>
 
 TRICKLE_NAMESPACE_BEGIN
 
@@ -24,6 +25,25 @@ concept outer_rule = std::is_trivially_copyable_v<R> && requires(const R& r, flo
     { R::state_slots } -> std::convertible_to<int>;
     { r.apply(p, g, state) } -> std::same_as<void>;
 };
+
+// A rule chosen at run time among several (outer::any's prepare() returns one): it is
+// never applied per element; whoever runs a pass hands it a callable with visit(f), which
+// calls f once with the held outer_rule, so each pass runs one concrete rule's body and the
+// choice costs one branch per pass, never one per element.
+template <class R>
+concept outer_rule_choice = !outer_rule<R> && requires(const R& r) {
+    r.visit([](const auto&) {});
+};
+
+// f(rule) for a plain rule; for a choice, f with the rule it holds.
+template <class R, class F>
+    requires outer_rule<R> || outer_rule_choice<R>
+decltype(auto) with_rule(const R& rule, F&& f) {
+    if constexpr (outer_rule<R>)
+        return std::forward<F>(f)(rule);
+    else
+        return rule.visit(std::forward<F>(f));
+}
 
 // Layout of the outer-optimizer state of a group of n elements: structure of arrays,
 // slot s of element i at state[s * n + i], n * state_slots floats in all.

@@ -5,6 +5,8 @@
 //
 //   static constexpr const char* name;          // "nesterov"; part of the configuration check
 //   static constexpr int state_slots;           // fp32 state values kept per parameter
+//                                               // (outer::any: int state_slot_count() const,
+//                                               // the held optimizer's)
 //   void describe(config_record& rec) const;    // adds its fields; reports bad values
 //   Rule prepare(std::uint64_t t) const;        // host side, once per outer step t >= 1
 //
@@ -28,7 +30,8 @@
 //
 // Writing your own: a struct with the four members above whose prepare() returns a
 // trivially copyable rule satisfying outer_rule with the same state_slots; see
-// docs/outer-optimizers.md.
+// docs/outer-optimizers.md. outer::any (outer/any.hpp) chooses among the registered ones at
+// run time: its prepare() returns an outer_rule_choice that the passes visit once each.
 #pragma once
 
 #include <trickle/core/config_record.hpp>
@@ -51,28 +54,59 @@ TRICKLE_NAMESPACE_BEGIN
 template <class O>
 using outer_rule_t = std::remove_cvref_t<decltype(std::declval<const O&>().prepare(std::uint64_t{1}))>;
 
+namespace detail {
+
+// An optimizer whose state slots its type fixes (every built-in one): a static
+// state_slots and a prepare() that returns an outer_rule with the same count.
+template <class O>
+concept fixed_slot_outer = requires {
+    { O::state_slots } -> std::convertible_to<int>;
+} && outer_rule<outer_rule_t<O>> && (O::state_slots >= 0) && (outer_rule_t<O>::state_slots == O::state_slots);
+
+// One chosen at run time among several (outer::any): the held optimizer's slot count, and a
+// prepare() that returns an outer_rule_choice holding that optimizer's rule.
+template <class O>
+concept chosen_slot_outer = requires(const O& o) {
+    { o.state_slot_count() } -> std::convertible_to<int>;
+} && outer_rule_choice<outer_rule_t<O>>;
+
+} // namespace detail
+
 template <class O>
 concept outer_optimizer = std::copyable<O> &&
     requires(const O& o, config_record& rec, std::uint64_t t) {
         { O::name } -> std::convertible_to<const char*>;
-        { O::state_slots } -> std::convertible_to<int>;
         { o.describe(rec) } -> std::same_as<void>;
-        { o.prepare(t) } -> outer_rule;
+        o.prepare(t);
     } &&
-    (O::state_slots >= 0) && (outer_rule_t<O>::state_slots == O::state_slots);
+    (detail::fixed_slot_outer<O> || detail::chosen_slot_outer<O>);
+
+// The fp32 state values per parameter that `o` keeps: O::state_slots, or for an optimizer
+// chosen at run time, the held one's.
+template <outer_optimizer O>
+int outer_state_slots(const O& o) {
+    if constexpr (detail::fixed_slot_outer<O>) {
+        (void)o;
+        return O::state_slots;
+    } else {
+        return static_cast<int>(o.state_slot_count());
+    }
+}
 
 // Number of floats of outer-optimizer state for n parameters. Throws
 // trickle::invalid_argument when that count does not fit in std::size_t.
 template <outer_optimizer O>
+std::size_t outer_state_floats(const O& o, std::size_t n) {
+    const auto slots = static_cast<std::size_t>(outer_state_slots(o));
+    if (slots == 0) return 0;
+    require(n <= std::numeric_limits<std::size_t>::max() / slots, "outer_state_floats: ", n, " parameters with ",
+            slots, " state slots each overflow std::size_t");
+    return slots * n;
+}
+template <outer_optimizer O>
+    requires detail::fixed_slot_outer<O>
 std::size_t outer_state_floats(std::size_t n) {
-    constexpr auto slots = static_cast<std::size_t>(O::state_slots);
-    if constexpr (slots == 0) {
-        return 0;
-    } else {
-        require(n <= std::numeric_limits<std::size_t>::max() / slots, "outer_state_floats: ", n,
-                " parameters with ", slots, " state slots each overflow std::size_t");
-        return slots * n;
-    }
+    return outer_state_floats(O{}, n);
 }
 
 namespace detail {

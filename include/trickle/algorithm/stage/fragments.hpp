@@ -300,8 +300,7 @@ private:
         const auto& view = pass.params;
         if (config_.mix > 0.0) pass.run(ex, local_copy_body<T>{view, mix_local_.data(), f.first});
         if (config_.carry_local) pass.run(ex, progress_body<T>{view, start_.data() + f.first, f.first});
-        const auto rule = e.rule(++f.outer_t);
-        pass.run(ex, pass.update(rule));
+        pass.run_update(ex, e.rule(++f.outer_t));
         if (config_.mix > 0.0)
             pass.run(ex, mix_body<T>{view, pass.snapshot, mix_local_.data(), static_cast<float>(config_.mix), f.first});
         if (config_.carry_local) pass.run(ex, carry_body<T>{view, pass.snapshot, start_.data() + f.first, f.first});

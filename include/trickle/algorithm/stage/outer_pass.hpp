@@ -16,6 +16,7 @@
 #include <trickle/algorithm/detail/common.hpp>
 #include <trickle/config.hpp>
 #include <trickle/kernels/flat_view.hpp>
+#include <trickle/kernels/outer_rule.hpp>
 #include <trickle/kernels/stream/body.hpp>
 #include <trickle/kernels/stream/dispatch.hpp>
 
@@ -45,9 +46,15 @@ struct outer_pass {
     outer_delta_body<T> delta(float w) const {
         return outer_delta_body<T>{params, snapshot, dense_wire<float>{buf}, w, buf + n, first};
     }
-    template <class Rule>
+    template <outer_rule Rule>
     outer_update_body<T, Rule> update(const Rule& rule) const {
         return outer_update_body<T, Rule>{params, snapshot, state, dense_wire<float>{buf}, rule, 1.0f, buf + n, first};
+    }
+    // The consumer as a whole pass, for a rule or a rule chosen at run time (outer::any:
+    // visited once, so the pass runs the held rule's body).
+    template <class Exec, class Rule>
+    void run_update(const Exec& ex, const Rule& rule) const {
+        with_rule(rule, [&](const auto& r) { run(ex, update(r)); });
     }
 
     // Runs a body over the pass's n elements on the step's execution space (through the
@@ -70,16 +77,18 @@ struct outer_pass {
     }
     template <class Rule>
     void consume_tile(const Rule& rule, std::size_t i0, std::size_t m, const float* in) const {
-        // (The update only reads the wire.)
-        outer_update_body<T, Rule>{params, snapshot,     state, dense_wire<float>{const_cast<float*>(in)},
-                                   rule,   1.0f,         buf + n, first + i0}
-            .run(0, m);
+        with_rule(rule, [&]<class R>(const R& r) {
+            // (The update only reads the wire.)
+            outer_update_body<T, R>{params, snapshot, state, dense_wire<float>{const_cast<float*>(in)},
+                                    r,      1.0f,     buf + n, first + i0}
+                .run(0, m);
+        });
     }
 
     // Inside a device codec's passes (codec::encoded_all_reduce_blocks_fused): the source of
     // the deltas and the sink of their sums, and the weight written on the device.
     outer_delta_source<T> source() const { return outer_delta_source<T>{params, snapshot, weight}; }
-    template <class Rule>
+    template <outer_rule Rule>
     outer_update_sink<T, Rule> sink(const Rule& rule) const {
         return outer_update_sink<T, Rule>{outer_update_body<T, Rule>{params, snapshot, state, {}, rule, 1.0f, buf + n, first}};
     }

@@ -291,8 +291,9 @@ public:
                 refuse_capture_if_stochastic(ex, no_capture);
                 pass.store_weight(ex);
                 sum_weight(ex, comm, pass.buf + pass.n, ws, round);
-                const auto rule = prepare();
-                sum_fused_device(ex, comm, pass.n, round, pass.source(), pass.sink(rule));
+                with_rule(prepare(), [&](const auto& rule) {
+                    sum_fused_device(ex, comm, pass.n, round, pass.source(), pass.sink(rule));
+                });
                 return;
             }
         }
@@ -307,8 +308,7 @@ public:
             refuse_capture_if_stochastic(ex, no_capture);
             sum_weighted(ex, comm, pass.buf, pass.n, ws, round, pass.first);
         }
-        const auto rule = prepare();
-        pass.run(ex, pass.update(rule));
+        pass.run_update(ex, prepare());
     }
 
     // The weight's exact sum, alone (the fused outer step sums it first).
