@@ -314,9 +314,10 @@ inline trickle::sparta_options make_sparta_options(const sim_config& c) {
 template <class Opt>
 using scheduled = trickle::outer::maybe_lr_scheduled<Opt, runtime_schedule>;
 
-template <class Opt>
-using with_outer_schedule_t = trickle::outer::maybe_lr_scheduled_t<Opt, runtime_schedule>;
-using outer_choice = trickle::type_list_map_t<with_outer_schedule_t, trickle::outer::registry>::apply<std::variant>;
+// The optimizer is held by the library's outer::any (one engine for every optimizer: the
+// passes visit its rule once each), which holds exactly these types.
+using outer_choice = trickle::outer::any;
+static_assert(std::is_same_v<trickle::outer::choice::held<trickle::outer::nesterov>, scheduled<trickle::outer::nesterov>>);
 
 inline runtime_schedule make_outer_lr_schedule(const sim_config& c) {
     // Outer steps in the run: the schedule's steps count them.
@@ -324,13 +325,12 @@ inline runtime_schedule make_outer_lr_schedule(const sim_config& c) {
     return make_runtime_schedule(c.outer_lr_schedule, c.outer_lr_end, outer_steps, "--outer-lr-schedule");
 }
 
-// The library builds the optimizer by name (outer::visit_named): --outer-lr and
+// The library builds the optimizer by name (outer::any::named): --outer-lr and
 // --outer-momentum reach the fields it has.
 inline outer_choice make_outer(const sim_config& c) {
     std::optional<runtime_schedule> lrs;
     if (kind_has<outer_kind, trickle::fields::lr>(c.outer)) lrs = make_outer_lr_schedule(c);
-    return trickle::outer::visit_named(name_of(c.outer), {.lr = c.outer_lr, .momentum = c.outer_momentum}, lrs,
-                                       [](const auto& o) -> outer_choice { return o; });
+    return outer_choice::named(name_of(c.outer), {.lr = c.outer_lr, .momentum = c.outer_momentum}, lrs);
 }
 
 // `weight` is this worker's weight in DiLoCo's average: its shard size, so that uneven

@@ -39,13 +39,14 @@ template <bool Async, class Comm>
 std::unique_ptr<exchanger> diloco_exchanger(const sim_config& c, const trickle::param_group<float>& group, Comm& comm,
                                             const trickle::diloco_options& options) {
     const topology_choice top = make_topology(c);
+    const outer_choice out = make_outer(c);
     return std::visit(
-        [&](auto out, auto wire) -> std::unique_ptr<exchanger> {
-            using algorithm = trickle::diloco<decltype(out), topology_choice, decltype(wire)>;
+        [&](auto wire) -> std::unique_ptr<exchanger> {
+            using algorithm = trickle::diloco<outer_choice, topology_choice, decltype(wire)>;
             return wrap_algorithm<Async, algorithm>(comm,
                                                     [&](auto& on) { return algorithm(group, on, options, out, top, wire); });
         },
-        make_outer(c), make_outer_wire(c));
+        make_outer_wire(c));
 }
 
 template <bool Async, class Comm>
@@ -54,16 +55,17 @@ std::unique_ptr<exchanger> sparta_diloco_exchanger(const sim_config& c, const tr
                                                    const trickle::diloco_options& outer_options) {
     const topology_choice top = make_topology(c);
     const runtime_schedule sch = make_runtime_schedule(c);
+    const outer_choice out = make_outer(c);
     return std::visit(
-        [&](auto sam, auto out, auto wire) -> std::unique_ptr<exchanger> {
-            using algorithm = trickle::sparta_diloco<decltype(sam), runtime_schedule, topology_choice, decltype(out),
+        [&](auto sam, auto wire) -> std::unique_ptr<exchanger> {
+            using algorithm = trickle::sparta_diloco<decltype(sam), runtime_schedule, topology_choice, outer_choice,
                                                      trickle::codec::any, decltype(wire)>;
             return wrap_algorithm<Async, algorithm>(comm, [&](auto& on) {
                 return algorithm(group, on, sparse, outer_options, sam, sch, top, out, make_codec(c.codec, c.codec_block),
                                  wire);
             });
         },
-        make_sampler(c), make_outer(c), make_outer_wire(c));
+        make_sampler(c), make_outer_wire(c));
 }
 
 } // namespace trickle_sim::detail

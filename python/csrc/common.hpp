@@ -4,15 +4,15 @@
 // topology, codec, outer optimizer), found in the library's registries
 // (include/trickle/*/registry.hpp) by the name each policy declares: no table of names is
 // kept here, and trickle._C.registry hands the same lists to the Python layer. To keep
-// the number of template instantiations small, the schedule, the topology and the codec
-// are the variant policies schedule::any, topology::any and codec::any, so only the
-// sampler (SPARTA), the outer optimizer (DiLoCo), or both (SPARTA + DiLoCo) are template
-// arguments, and DiLoCo's outer gradient travels either through a codec (codec::any) or
-// through a sparsifier (codec::any_sparsifier): two instantiations. The model wrappers
-// below (after trickle/torch/algorithms.hpp's) instantiate one engine per host dtype
-// (float32, float16, bfloat16) of each. Three choices cost no instantiation: an outer
-// learning-rate schedule (outer::maybe_lr_scheduled wraps the optimizer and holds the
-// schedule as a schedule::any, or none), "native" (the codec of each group's dtype, chosen per group at
+// the number of template instantiations small, the schedule, the topology, the codec and
+// the outer optimizer are the variant policies schedule::any, topology::any, codec::any
+// and outer::any, so only SPARTA's sampler is a template argument, and DiLoCo's outer
+// gradient travels either through a codec (codec::any) or through a sparsifier
+// (codec::any_sparsifier): two instantiations. The model wrappers below (after
+// trickle/torch/algorithms.hpp's) instantiate one engine per host dtype (float32, float16,
+// bfloat16) of each. Three choices cost no instantiation: an outer learning-rate schedule
+// (outer::any holds outer::maybe_lr_scheduled, which holds the schedule as a
+// schedule::any, or none), "native" (the codec of each group's dtype, chosen per group at
 // run time), and Streaming DiLoCo (plain diloco_options fields).
 #pragma once
 
@@ -348,13 +348,13 @@ struct outer_values {
     }
 };
 
-// Calls f(outer) with the named outer optimizer (trickle::outer::visit_named): the fields
-// the values give set, the others the optimizer's defaults; one with a learning rate comes
-// as outer_of<O> (outer::maybe_lr_scheduled, with the lr schedule if any), the type
-// cuda_engines.hpp instantiates. Each optimizer is one instantiation.
+// Calls f(outer) with the named outer optimizer held by trickle::outer::any (the fields
+// the values give set, the others the optimizer's defaults; with the lr schedule if any):
+// one engine serves every optimizer, the type cuda_engines.hpp instantiates. An unknown
+// name, or a schedule for an optimizer without a learning rate, throws invalid_argument.
 template <class F>
 decltype(auto) with_outer(const outer_values& v, F&& f) {
-    return trickle::outer::visit_named(v.name, v.settings, v.lr_schedule, std::forward<F>(f));
+    return std::forward<F>(f)(trickle::outer::any::named(v.name, v.settings, v.lr_schedule));
 }
 
 // The options' plain fields, by the library's list (trickle::for_each_option): each read
@@ -752,8 +752,7 @@ std::unique_ptr<bound_algorithm> make_elastic(const std::string& kind, store_ptr
                                               const named_tensors& params, const py::dict& opts);
 // Their engines over the elastic group, each in its own file so that they compile in
 // parallel: SPARTA (elastic_sparta.cpp, one instantiation per sampler) and SPARTA + DiLoCo
-// with the outer gradient through a codec (elastic_sparta_diloco.cpp, one per (sampler,
-// outer optimizer)).
+// with the outer gradient through a codec (elastic_sparta_diloco.cpp, one per sampler).
 std::unique_ptr<algorithm_base> sparta_on_elastic(trickle::comm::elastic_group& comm, const named_tensors& params,
                                                   const sparta_config& c, const trickle::topology::any& topology);
 std::unique_ptr<algorithm_base> sparta_diloco_on_elastic(trickle::comm::elastic_group& comm,
@@ -769,7 +768,8 @@ void bind_demo(py::module_& m);
 py::dict stats_dict(const trickle::exchange_stats& s);
 
 // DiLoCo over `comm` with the outer gradient through `wire` (a codec_choice or a
-// sparse_choice), one instantiation per outer optimizer; called without the GIL.
+// sparse_choice), one instantiation (the outer optimizer is outer::any); called without
+// the GIL.
 template <class Comm, class Choice>
 std::unique_ptr<algorithm_base> build_diloco(Comm& comm, const named_tensors& params, const diloco_config& c,
                                              const Choice& wire) {
@@ -787,7 +787,8 @@ std::unique_ptr<algorithm_base> diloco_sparsified(bound_algorithm& out, const na
 std::unique_ptr<algorithm_base> sparta_diloco_sparsified(bound_algorithm& out, const named_tensors& params,
                                                          const sparta_config& sc, const diloco_config& c);
 
-// SPARTA + DiLoCo over `comm`, one instantiation per (sampler, outer optimizer).
+// SPARTA + DiLoCo over `comm`, one instantiation per sampler (the outer optimizer is
+// outer::any).
 template <class Comm, class Choice>
 std::unique_ptr<algorithm_base> build_sparta_diloco(Comm& comm, const named_tensors& params, const sparta_config& sc,
                                                     const diloco_config& c, const Choice& wire) {

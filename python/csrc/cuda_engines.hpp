@@ -5,9 +5,9 @@
 // are compiled once, by nvcc, in the cuda_*.cu files (without torch's headers), and the
 // g++ translation units that build and step them (common.hpp) declare them extern and link
 // against those. The engines are those of common.hpp's wrappers: one SPARTA engine per
-// (sampler, dtype), one DiLoCo engine per (outer optimizer, wire, dtype); SPARTA + DiLoCo
-// is one of each. A policy added to a registry must be added to the lists below too: the
-// static_asserts say so.
+// (sampler, dtype), one DiLoCo engine per (wire, dtype) (the outer optimizer is
+// outer::any, which holds every registered one); SPARTA + DiLoCo is one of each. A sampler
+// added to its registry must be added to the list below too: the static_assert says so.
 #pragma once
 
 #include "policies.hpp"
@@ -26,10 +26,6 @@ static_assert(std::is_same_v<trickle::sampler::registry,
                              trickle::type_list<trickle::sampler::uniform, trickle::sampler::permutation,
                                                 trickle::sampler::block, trickle::sampler::layerwise>>,
               "cuda_engines.hpp: sampler::registry changed; update TRICKLE_PY_SPARTA_ENGINES");
-static_assert(std::is_same_v<trickle::outer::registry,
-                             trickle::type_list<trickle::outer::sgd, trickle::outer::momentum, trickle::outer::nesterov,
-                                                trickle::outer::adam, trickle::outer::average>>,
-              "cuda_engines.hpp: outer::registry changed; update TRICKLE_PY_DILOCO_ENGINES");
 
 // PREFIX is `template` (an explicit instantiation definition: the cuda_*.cu files) or
 // `extern template` (a declaration: common.hpp, for the g++ side).
@@ -44,15 +40,9 @@ static_assert(std::is_same_v<trickle::outer::registry,
     TRICKLE_PY_SPARTA_ENGINE(PREFIX, T, layerwise)
 
 // Wire: ::trickle::codec::any or ::trickle::codec::any_sparsifier.
-#define TRICKLE_PY_DILOCO_ENGINE(PREFIX, T, Wire, O)                                                                  \
-    PREFIX class ::trickle::diloco_engine<::trickle_py::outer_of<::trickle::outer::O>, ::trickle::topology::any, T,  \
-                                          ::trickle::cuda_space, ::trickle::comm::cuda_channel, Wire>;
 #define TRICKLE_PY_DILOCO_ENGINES(PREFIX, T, Wire)                                                                    \
-    TRICKLE_PY_DILOCO_ENGINE(PREFIX, T, Wire, sgd)                                                                    \
-    TRICKLE_PY_DILOCO_ENGINE(PREFIX, T, Wire, momentum)                                                               \
-    TRICKLE_PY_DILOCO_ENGINE(PREFIX, T, Wire, nesterov)                                                               \
-    TRICKLE_PY_DILOCO_ENGINE(PREFIX, T, Wire, adam)                                                                   \
-    TRICKLE_PY_DILOCO_ENGINE(PREFIX, T, Wire, average)
+    PREFIX class ::trickle::diloco_engine<::trickle_py::outer_type, ::trickle::topology::any, T, ::trickle::cuda_space, \
+                                          ::trickle::comm::cuda_channel, Wire>;
 
 // Every engine, for the dtypes trickle::torch::params groups parameters by.
 #define TRICKLE_PY_CUDA_ENGINES(PREFIX)                                                                               \

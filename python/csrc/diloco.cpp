@@ -1,5 +1,5 @@
 // python/csrc/diloco.cpp: trickle.DiLoCo with the outer gradient through a codec, one
-// instantiation per outer optimizer (through a sparsifier: diloco_sparse.cpp).
+// instantiation (outer::any holds the outer optimizer; through a sparsifier: diloco_sparse.cpp).
 #include "common.hpp"
 
 namespace trickle_py {

@@ -1,5 +1,5 @@
 // python/csrc/diloco_sparse.cpp: trickle.DiLoCo with the outer gradient through a
-// sparsifier (outer_sparsifier=), one instantiation per outer optimizer.
+// sparsifier (outer_sparsifier=), one instantiation (outer::any).
 #include "common.hpp"
 
 namespace trickle_py {

@@ -1,8 +1,8 @@
 // python/csrc/elastic.cpp: trickle.SPARTA, trickle.DiLoCo and trickle.SPARTADiLoCo with
 // elastic=trickle.Elastic(...): the algorithm over comm::elastic_group (the view in a
-// torch.distributed store, each epoch over Gloo). DiLoCo's instantiations (one per outer
-// optimizer and outer-gradient route, codec or sparsifier) are here; SPARTA's and SPARTA +
-// DiLoCo's in elastic_sparta.cpp and elastic_sparta_diloco.cpp.
+// torch.distributed store, each epoch over Gloo). DiLoCo's instantiations (one per
+// outer-gradient route, codec or sparsifier; outer::any holds the outer optimizer) are
+// here; SPARTA's and SPARTA + DiLoCo's in elastic_sparta.cpp and elastic_sparta_diloco.cpp.
 #include "common.hpp"
 
 namespace trickle_py {

@@ -1,6 +1,6 @@
 // python/csrc/elastic_sparta_diloco.cpp: trickle.SPARTADiLoCo(elastic=...), SPARTA + DiLoCo
 // over comm::elastic_group with the outer gradient through a codec, one instantiation per
-// (sampler, outer optimizer) (make_elastic, elastic.cpp, builds it).
+// sampler (the outer optimizer is outer::any) (make_elastic, elastic.cpp, builds it).
 #include "common.hpp"
 
 namespace trickle_py {

@@ -15,7 +15,7 @@
 #include <trickle/core/config_record.hpp>
 #include <trickle/core/type_list.hpp>
 #include <trickle/outer.hpp>
-#include <trickle/outer/lr_schedule.hpp>
+#include <trickle/outer/any.hpp>
 #include <trickle/sampler.hpp>
 #include <trickle/schedule/any.hpp>
 #include <trickle/topology/any.hpp>
@@ -29,14 +29,13 @@
 
 namespace trickle_py {
 
-// The engines' policies: the schedule, the topology and SPARTA's codec are the variant
-// policies; only the sampler, the outer optimizer (outer::maybe_lr_scheduled where it has
-// a learning rate: one instantiation with or without an outer_lr_schedule) and DiLoCo's
-// wire (codec::any, or codec::any_sparsifier for outer_sparsifier=) are template arguments.
-// The sparsifier's engine finds sparse_all_reduce and sparse_all_reduce_parts for
-// any_sparsifier by argument-dependent lookup (trickle/codec/any_sparsifier.hpp).
-template <class O>
-using outer_of = trickle::outer::maybe_lr_scheduled_t<O, trickle::schedule::any>;
+// The engines' policies: the schedule, the topology, the outer optimizer (outer::any: any
+// registered one, with or without an outer_lr_schedule) and SPARTA's codec are the variant
+// policies; only the sampler and DiLoCo's wire (codec::any, or codec::any_sparsifier for
+// outer_sparsifier=) are template arguments. The sparsifier's engine finds
+// sparse_all_reduce and sparse_all_reduce_parts for any_sparsifier by argument-dependent
+// lookup (trickle/codec/any_sparsifier.hpp).
+using outer_type = trickle::outer::any;
 
 template <class Sampler>
 using sparta_algo = trickle::sparta<Sampler, trickle::schedule::any, trickle::topology::any, trickle::codec::any>;

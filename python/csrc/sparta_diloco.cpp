@@ -1,5 +1,5 @@
 // python/csrc/sparta_diloco.cpp: trickle.SPARTADiLoCo with the outer gradient through a
-// codec, one instantiation per (sampler, outer optimizer) (through a sparsifier:
+// codec, one instantiation per sampler (outer::any holds the outer optimizer) (through a sparsifier:
 // sparta_diloco_sparse.cpp).
 #include "common.hpp"
 

@@ -1,5 +1,6 @@
 // python/csrc/sparta_diloco_sparse.cpp: trickle.SPARTADiLoCo with the outer gradient
-// through a sparsifier (outer_sparsifier=), one instantiation per (sampler, outer optimizer).
+// through a sparsifier (outer_sparsifier=), one instantiation per sampler
+// (outer::any holds the outer optimizer).
 #include "common.hpp"
 
 namespace trickle_py {

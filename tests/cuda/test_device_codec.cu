@@ -12,11 +12,11 @@ using namespace device_path;
 namespace {
 
 template <class Codec, class O = outer::nesterov>
-auto make_coded_diloco(diloco_options o, Codec codec) {
+auto make_coded_diloco(diloco_options o, Codec codec, O outer = {}) {
     return [=](const auto& g, auto& c) {
         diloco_options mine = o;
         mine.weight = 1.0f + 0.5f * static_cast<float>(c.rank());
-        return diloco<O, topology::all_reduce, Codec>(g, c, mine, O{}, topology::all_reduce{}, codec);
+        return diloco<O, topology::all_reduce, Codec>(g, c, mine, outer, topology::all_reduce{}, codec);
     };
 }
 
@@ -41,6 +41,10 @@ TEST_CASE_TEMPLATE("N workers on one GPU give the host's replicas through every 
         compare<T>(workers, layout, 4, make_coded_diloco({.interval = 2}, codec::any{codec::int4_block{.symmetric = false}}),
                    "diloco any(int4 min-max)");
         compare<T>(workers, layout, 4, make_coded_diloco({.interval = 2}, codec::fp8_block{}), "diloco fp8_block");
+        // The outer optimizer chosen at run time: its rule visited once around the fused passes.
+        compare<T>(workers, layout, 4,
+                   make_coded_diloco({.interval = 2}, codec::any{codec::int8_block{}}, outer::any(outer::adam{.lr = 0.01})),
+                   "diloco any(int8), any(adam)");
     }
 }
 

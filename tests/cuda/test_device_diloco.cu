@@ -11,6 +11,8 @@ TEST_CASE_TEMPLATE("N workers on one GPU give the host's replicas: DiLoCo and SP
         for (int workers : {1, 2, 3}) {
             compare<T>(workers, layout, 6, make_diloco<outer::nesterov>({.interval = 3}), "diloco nesterov");
             compare<T>(workers, layout, 6, make_diloco<outer::adam, topology::ring>({.interval = 2}), "diloco adam ring");
+            compare<T>(workers, layout, 6, make_diloco<outer::any>({.interval = 2}, outer::any(outer::momentum{.lr = 0.5})),
+                       "diloco any(momentum)");
             compare<T>(workers, layout, 6,
                        make_diloco<outer::momentum>({.interval = 2, .seed = 2, .drop_probability = 0.3,
                                                      .prune_fraction = 0.25}),

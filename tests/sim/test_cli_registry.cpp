@@ -120,7 +120,7 @@ TEST_CASE("cli registry: the policy built from each parsed name is the policy of
     }
     for (const std::string_view name : trickle::names_of<trickle::outer::registry>()) {
         const sim_config c = parse({"--strategy", "diloco", "--outer", std::string(name)});
-        std::visit([&](const auto& o) { CHECK(std::string_view(o.name) == name); }, make_outer(c));
+        CHECK(std::string_view(make_outer(c).held_name()) == name);
     }
     // The options reach the fields: --codec-block, --island-size, --block-size, --outer-lr, --outer-momentum.
     const sim_config b = parse({"--strategy", "sparta", "--codec", "int4", "--codec-block", "32"});
@@ -131,7 +131,7 @@ TEST_CASE("cli registry: the policy built from each parsed name is the policy of
     CHECK(std::get<trickle::sampler::block>(make_sampler(s)).block_size == 8);
     const sim_config o = parse({"--strategy", "diloco", "--outer", "momentum", "--outer-lr", "0.3", "--outer-momentum", "0.5"});
     const auto outer = make_outer(o); // (kept: m refers into it)
-    const auto& m = std::get<scheduled<trickle::outer::momentum>>(outer).optimizer;
+    const auto& m = std::get<scheduled<trickle::outer::momentum>>(outer.held()).optimizer;
     CHECK(m.lr == 0.3);
     CHECK(m.momentum == 0.5);
 }
