@@ -125,7 +125,7 @@ config_record record_of(const auto& p) {
 TEST_CASE("outer::any: holds each registered optimizer, with its name, state slots and configuration fields") {
     for_each_optimizer([](auto o) {
         using O = decltype(o);
-        CAPTURE(O::name);
+        CAPTURE(std::string(O::name));
         const outer::any a = o;
         CHECK(std::string(a.held_name()) == O::name);
         CHECK(a.state_slot_count() == O::state_slots);
@@ -179,15 +179,15 @@ TEST_CASE("diloco<outer::any>: the held optimizer's bits, bytes and checkpoints 
         {"streaming fragments in flight", {.interval = 4, .seed = 11, .fragments = 2, .overlap_steps = 1}},
     };
     for (const auto& [what, options] : routes) {
-        CAPTURE(what);
+        CAPTURE(std::string(what));
         for_each_optimizer([&](auto o) {
-            CAPTURE(decltype(o)::name);
+            CAPTURE(std::string(decltype(o)::name));
             check_same(run(o, options, 13), run(outer::any(o), options, 13));
         });
     }
     // Through a block codec (the fused host passes decode into the held rule, tile by tile).
     for_each_optimizer([&](auto o) {
-        CAPTURE(decltype(o)::name);
+        CAPTURE(std::string(decltype(o)::name));
         const diloco_options options{.interval = 2, .seed = 3};
         check_same(run(o, options, 9, nullptr, 0, codec::int8_block{}),
                    run(outer::any(o), options, 9, nullptr, 0, codec::int8_block{}));
