@@ -178,8 +178,11 @@ TEST_CASE("diloco<outer::any>: the held optimizer's bits, bytes and checkpoints 
         {"robust rule (trimmed mean)", {.interval = 3, .seed = 11, .aggregate = aggregate::trimmed(1)}},
         {"streaming fragments in flight", {.interval = 4, .seed = 11, .fragments = 2, .overlap_steps = 1}},
     };
-    for (const auto& [what, options] : routes) {
-        CAPTURE(std::string(what));
+    for (const auto& route : routes) {
+        // (Named, not a structured binding: clang 14's lambdas cannot capture one.)
+        const std::string what = route.first;
+        const diloco_options& options = route.second;
+        CAPTURE(what);
         for_each_optimizer([&](auto o) {
             CAPTURE(std::string(decltype(o)::name));
             check_same(run(o, options, 13), run(outer::any(o), options, 13));
