@@ -255,7 +255,10 @@ def with_precompiled_header(base_class, generated: Path):
                     # (g++ 12 forgets inside a precompiled header that its own intrinsics
                     # headers are system headers, and warns in them at -O2: about 300 lines of
                     # -Wmaybe-uninitialized in avx512fintrin.h per build without this flag.)
-                    cxx_post = cxx_post + ["-include", pch, "-Winvalid-pch", "-Wno-maybe-uninitialized"]
+                    # -fpch-deps: each object's dependency file lists the headers the
+                    # precompiled one was made from (without it, only its .cpp), so that
+                    # ninja rebuilds it when one of them changes.
+                    cxx_post = cxx_post + ["-include", pch, "-fpch-deps", "-Winvalid-pch", "-Wno-maybe-uninitialized"]
                     post = dict(post, cxx=cxx_post) if isinstance(post, dict) else cxx_post
                 return original(sources, output_dir, macros, include_dirs, debug, extra_preargs, post, depends)
 

@@ -758,6 +758,11 @@ std::unique_ptr<algorithm_base> sparta_on_elastic(trickle::comm::elastic_group& 
 std::unique_ptr<algorithm_base> sparta_diloco_on_elastic(trickle::comm::elastic_group& comm,
                                                          const named_tensors& params, const sparta_config& sc,
                                                          const diloco_config& c);
+// And with the outer gradient through a sparsifier (elastic_sparta_diloco_sparse.cpp, one
+// per sampler).
+std::unique_ptr<algorithm_base> sparta_diloco_sparsified_on_elastic(trickle::comm::elastic_group& comm,
+                                                                    const named_tensors& params,
+                                                                    const sparta_config& sc, const diloco_config& c);
 std::unique_ptr<bound_algorithm> make_sparta_diloco(process_group_ptr pg, const named_tensors& params,
                                                     const py::dict& opts);
 // The dense baseline (ddp.cpp): every parameter averaged every `interval` steps.

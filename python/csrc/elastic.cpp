@@ -2,7 +2,8 @@
 // elastic=trickle.Elastic(...): the algorithm over comm::elastic_group (the view in a
 // torch.distributed store, each epoch over Gloo). DiLoCo's instantiations (one per
 // outer-gradient route, codec or sparsifier; outer::any holds the outer optimizer) are
-// here; SPARTA's and SPARTA + DiLoCo's in elastic_sparta.cpp and elastic_sparta_diloco.cpp.
+// here; SPARTA's and SPARTA + DiLoCo's in elastic_sparta.cpp, elastic_sparta_diloco.cpp and
+// elastic_sparta_diloco_sparse.cpp.
 #include "common.hpp"
 
 namespace trickle_py {
@@ -61,10 +62,6 @@ std::unique_ptr<bound_algorithm> make_elastic(const std::string& kind, store_ptr
     if (outer) {
         dc = diloco_config::from(opts);
         dc->options.min_workers = min_workers;
-        if (sparse && dc->wire.sparse)
-            throw trickle::invalid_argument(
-                "trickle.SPARTADiLoCo: elastic= takes the outer gradient through a codec in this version "
-                "(outer_sparsifier is offered with group=, and by trickle.DiLoCo with elastic=)");
     }
     // (trickle.Elastic checks its arguments; elastic_group checks them again, in its words.)
     trickle::comm::elastic_group_options eo;
@@ -88,6 +85,8 @@ std::unique_ptr<bound_algorithm> make_elastic(const std::string& kind, store_ptr
     if (dc) dc->options.join = join;
     if (kind == "SPARTA")
         out->set(sparta_on_elastic(out->elastic(), params, *sc, make_topology(opts)));
+    else if (kind == "SPARTADiLoCo" && dc->wire.sparse)
+        out->set(sparta_diloco_sparsified_on_elastic(out->elastic(), params, *sc, *dc));
     else if (kind == "SPARTADiLoCo")
         out->set(sparta_diloco_on_elastic(out->elastic(), params, *sc, *dc));
     else if (dc->wire.sparse)
