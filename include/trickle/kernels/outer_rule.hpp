@@ -30,9 +30,18 @@ concept outer_rule = std::is_trivially_copyable_v<R> && requires(const R& r, flo
 // never applied per element; whoever runs a pass hands it a callable with visit(f), which
 // calls f once with the held outer_rule, so each pass runs one concrete rule's body and the
 // choice costs one branch per pass, never one per element.
+namespace detail {
+// What outer_rule_choice hands visit() to check it (a named callable, not a lambda: nvcc's
+// front end takes no lambda inside a requires-expression).
+struct rule_probe {
+    template <class R>
+    void operator()(const R&) const {}
+};
+} // namespace detail
+
 template <class R>
 concept outer_rule_choice = !outer_rule<R> && requires(const R& r) {
-    r.visit([](const auto&) {});
+    r.visit(detail::rule_probe{});
 };
 
 // f(rule) for a plain rule; for a choice, f with the rule it holds.
