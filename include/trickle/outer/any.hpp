@@ -10,9 +10,10 @@
 // The choice costs nothing per element. prepare(t) returns a rule_choice holding the held
 // optimizer's own rule, and each pass visits it once (with_rule, kernels/outer_rule.hpp;
 // once per tile inside a host codec's fused passes), so the kernels run the concrete
-// rule's body: the same bits as the optimizer used directly. The state is the held optimizer's (state_slot_count() slots, its layout), and
-// describe() writes exactly its fields, so a worker running any{nesterov{...}} agrees with
-// one running nesterov{...} and their checkpoints are interchangeable.
+// rule's body: the same bits as the optimizer used directly. The state is the held
+// optimizer's (state_slot_count() slots, its layout), and describe() writes exactly its
+// fields, so a worker running any{nesterov{...}} agrees with one running nesterov{...} and
+// their checkpoints are interchangeable.
 //
 //     outer::any o = outer::any::named("adam", {.lr = 0.4}, std::nullopt);
 //     diloco<outer::any> algo(group, comm, {.interval = 50}, o);
