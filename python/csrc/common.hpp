@@ -348,13 +348,12 @@ struct outer_values {
     }
 };
 
-// Calls f(outer) with the named outer optimizer held by trickle::outer::any (the fields
-// the values give set, the others the optimizer's defaults; with the lr schedule if any):
-// one engine serves every optimizer, the type cuda_engines.hpp instantiates. An unknown
-// name, or a schedule for an optimizer without a learning rate, throws invalid_argument.
-template <class F>
-decltype(auto) with_outer(const outer_values& v, F&& f) {
-    return std::forward<F>(f)(trickle::outer::any::named(v.name, v.settings, v.lr_schedule));
+// The named outer optimizer held by trickle::outer::any (the fields the values give set,
+// the others the optimizer's defaults; with the lr schedule if any): one engine serves
+// every optimizer, the type cuda_engines.hpp instantiates. An unknown name, or a schedule
+// for an optimizer without a learning rate, throws invalid_argument.
+inline outer_type make_outer(const outer_values& v) {
+    return outer_type::named(v.name, v.settings, v.lr_schedule);
 }
 
 // The options' plain fields, by the library's list (trickle::for_each_option): each read
@@ -778,11 +777,9 @@ py::dict stats_dict(const trickle::exchange_stats& s);
 template <class Comm, class Choice>
 std::unique_ptr<algorithm_base> build_diloco(Comm& comm, const named_tensors& params, const diloco_config& c,
                                              const Choice& wire) {
-    return with_outer(c.outer, [&](const auto& o) -> std::unique_ptr<algorithm_base> {
-        using wire_type = decltype(wire.template for_type<float>());
-        using wrapper = model_diloco<std::remove_cvref_t<decltype(o)>, wire_type>;
-        return std::make_unique<algorithm_impl<wrapper>>(params, comm, c.options, o, c.topology, wire);
-    });
+    using wire_type = decltype(wire.template for_type<float>());
+    using wrapper = model_diloco<outer_type, wire_type>;
+    return std::make_unique<algorithm_impl<wrapper>>(params, comm, c.options, make_outer(c.outer), c.topology, wire);
 }
 
 // The sparsifier instantiations live in their own files (diloco_sparse.cpp,
@@ -798,12 +795,10 @@ template <class Comm, class Choice>
 std::unique_ptr<algorithm_base> build_sparta_diloco(Comm& comm, const named_tensors& params, const sparta_config& sc,
                                                     const diloco_config& c, const Choice& wire) {
     return with_sampler(sc.sampler, [&](const auto& s) -> std::unique_ptr<algorithm_base> {
-        return with_outer(c.outer, [&](const auto& o) -> std::unique_ptr<algorithm_base> {
-            using wire_type = decltype(wire.template for_type<float>());
-            using wrapper =
-                model_sparta_diloco<std::remove_cvref_t<decltype(s)>, std::remove_cvref_t<decltype(o)>, wire_type>;
-            return std::make_unique<algorithm_impl<wrapper>>(params, comm, sc, s, c.options, o, c.topology, wire);
-        });
+        using wire_type = decltype(wire.template for_type<float>());
+        using wrapper = model_sparta_diloco<std::remove_cvref_t<decltype(s)>, outer_type, wire_type>;
+        return std::make_unique<algorithm_impl<wrapper>>(params, comm, sc, s, c.options, make_outer(c.outer), c.topology,
+                                                         wire);
     });
 }
 

@@ -47,22 +47,12 @@ using held = maybe_lr_scheduled_t<O, schedule::any>;
 template <class O>
 using rule = outer_rule_t<held<O>>;
 
-// The registry index of the entry E for which Match<E> is X (registry::size where none is).
-template <class X, template <class> class Match>
-constexpr std::size_t index_where() {
-    return []<class... E>(type_list<E...>*) {
-        std::size_t i = 0, at = sizeof...(E);
-        ((std::is_same_v<X, Match<E>> && at == sizeof...(E) ? void(at = i) : void(), ++i), ...);
-        return at;
-    }(static_cast<registry*>(nullptr));
-}
-template <class O>
-using itself = O;
-// The index of registered optimizer O, and of the entry whose held type is H.
-template <class O>
-inline constexpr std::size_t index_of = index_where<O, itself>();
+// Every type outer::any can hold, in the registry's order.
+using held_types = type_list_map_t<held, registry>;
+// The registry index of held type H (its name is its optimizer's: the registry's names are
+// unique).
 template <class H>
-inline constexpr std::size_t index_of_held = index_where<H, held>();
+inline constexpr std::size_t index_of_held = index_of_name<registry>(H::name);
 } // namespace choice
 
 // The rule of one outer step of whichever optimizer outer::any holds: the held optimizer's
@@ -88,21 +78,21 @@ private:
 
 class any {
 public:
-    using variant_type = type_list_map_t<choice::held, registry>::apply<std::variant>;
+    using variant_type = choice::held_types::apply<std::variant>;
 
     static constexpr const char* name = "any";
 
     // Holds nesterov{} (DiLoCo's default) without a schedule.
-    any() : held_(std::in_place_index<choice::index_of<nesterov>>, choice::held<nesterov>::of(nesterov{})) {}
+    any() : any(nesterov{}) {}
 
     // A registered optimizer, as given: nesterov{...} (no schedule), or as the front ends
     // build them, maybe_lr_scheduled<nesterov, schedule::any>::of(...).
     template <class O>
-        requires(choice::index_of_held<std::remove_cvref_t<O>> < registry::size)
+        requires type_list_contains<choice::held_types, std::remove_cvref_t<O>>
     any(O&& o) : held_(std::in_place_index<choice::index_of_held<std::remove_cvref_t<O>>>, std::forward<O>(o)) {}
     template <class O>
-        requires(choice::index_of<O> < registry::size && !std::is_same_v<choice::held<O>, O>)
-    any(const O& o) : held_(std::in_place_index<choice::index_of<O>>, choice::held<O>::of(o)) {}
+        requires(type_list_contains<registry, O> && !std::is_same_v<choice::held<O>, O>)
+    any(const O& o) : any(choice::held<O>::of(o)) {}
 
     // The registered optimizer of that name with the given fields (the others its
     // defaults) and, where given, a schedule of its learning rate (visit_named: an unknown
