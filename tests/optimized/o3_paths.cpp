@@ -135,6 +135,13 @@ int main() {
     check("diloco bf16 through a ring (the codec's link)", replicas_agree(8, false, [](const param_group<float>& g, auto& c) {
               return diloco<outer::nesterov, topology::ring, codec::bf16>(g, c, {.interval = 4});
           }));
+    // One island of every worker: a chain through the codec's link, the total relayed as the
+    // same bytes, so the replicas agree; the first send rounds stochastically.
+    check("diloco int8_block, islands' link, stochastic rounding", replicas_agree(8, false, [](const param_group<float>& g, auto& c) {
+              diloco_options o{.interval = 4};
+              o.stochastic_rounding = true;
+              return diloco<outer::nesterov, topology::islands, codec::int8_block>(g, c, o, topology::islands{.size = workers});
+          }));
     check("diloco top-k sparsifier", replicas_agree(8, false, [](const param_group<float>& g, auto& c) {
               using topk = codec::chunk_topk<codec::sign2_block>;
               return diloco<outer::nesterov, topology::all_reduce, topk>(g, c, {.interval = 4}, {}, {}, topk{});

@@ -145,7 +145,7 @@ private:
         if constexpr (can_round) {
             if (stochastic) {
                 const philox_words words = detail::rounding_words(how_, rank_);
-                for_each_index(ex, at.blocks, encode_slots_body<C, philox_words>{c, at, buf, residual, beta_, out, words});
+                for_each_index(ex, at.blocks, encode_slots_body<C, philox_words>{c, at, {buf}, residual, beta_, out, words});
             } else {
                 for_each_index(ex, at.blocks, encode_slots_body<C>{c, at, {buf}, residual, beta_, out, {}});
             }
