@@ -71,9 +71,9 @@ void check_encode(const C& c, std::size_t n, int ranks, unsigned shift, bool fee
     const auto run = [&](const auto& w) {
         using W = std::remove_cvref_t<decltype(w)>;
         for_each_index(exec::host{}, at.blocks,
-                       encode_slots_body<C, W>{c, at, va.data(), feedback ? ra.data() : nullptr, 0.9f, sa.data(), w});
+                       encode_slots_body<C, W>{c, at, {va.data()}, feedback ? ra.data() : nullptr, 0.9f, sa.data(), w});
         for_each_lane_group(exec::host{}, at.blocks, shift,
-                            encode_slots_lanes<codec::lane_coder<C>, W>{{{c}}, at, vb.data(), feedback ? rb.data() : nullptr,
+                            encode_slots_lanes<codec::lane_coder<C>, W>{{{c}}, at, {vb.data()}, feedback ? rb.data() : nullptr,
                                                                         0.9f, sb.data(), w});
     };
     if (stochastic) {
@@ -100,7 +100,7 @@ void check_sum_decode(const C& c, std::size_t n, int ranks, unsigned shift, bool
         auto v = inputs(q % 2 ? 1 : 0, n, q);
         slots[static_cast<std::size_t>(q)].assign(static_cast<std::size_t>(ranks) * at.E, std::byte{0});
         for_each_index(exec::host{}, at.blocks,
-                       encode_slots_body<C>{c, at, v.data(), nullptr, 0.0f, slots[static_cast<std::size_t>(q)].data(), {}});
+                       encode_slots_body<C>{c, at, {v.data()}, nullptr, 0.0f, slots[static_cast<std::size_t>(q)].data(), {}});
     }
     const codec::philox_words words{5, 9};
     for (int me = 0; me < ranks; ++me) {
@@ -132,9 +132,9 @@ void check_sum_decode(const C& c, std::size_t n, int ranks, unsigned shift, bool
     }
     // Decode: every block from its owner's slot of worker 0's bytes.
     std::vector<float> da(n, 1.0f), db(n, 2.0f);
-    for_each_index(exec::host{}, at.blocks, decode_slots_body<C>{c, at, slots[0].data(), da.data()});
+    for_each_index(exec::host{}, at.blocks, decode_slots_body<C>{c, at, slots[0].data(), {da.data()}});
     for_each_lane_group(exec::host{}, at.blocks, shift,
-                        decode_slots_lanes<codec::lane_coder<C>>{{{c}}, at, slots[0].data(), db.data()});
+                        decode_slots_lanes<codec::lane_coder<C>>{{{c}}, at, slots[0].data(), {db.data()}});
     INFO(name_of(c), " decode n=", n, " G=", 1u << shift);
     CHECK(bitwise_equal(da, db));
 }

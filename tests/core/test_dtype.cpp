@@ -139,7 +139,9 @@ TEST_CASE("bf16: the scatter's store runs round exactly as bfloat16") {
     in[2] = std::numeric_limits<float>::quiet_NaN();
     in[3] = -std::numeric_limits<float>::infinity();
     for (const float scale : {1.0f, 0.25f, 3.0f}) {
-        for (const auto& [name, fn] : versions) {
+        for (const auto& version : versions) {
+            const auto& name = version.first; // (not a structured binding: CAPTURE's lambda takes it, which clang 14 refuses)
+            const auto& fn = version.second;
             CAPTURE(name);
             CAPTURE(scale);
             std::vector<bfloat16> out(in.size());

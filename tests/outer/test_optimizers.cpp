@@ -61,7 +61,7 @@ struct slots_disagree {
 };
 
 struct heavy_rule {
-    static constexpr int state_slots = 0;
+    [[maybe_unused]] static constexpr int state_slots = 0;
     std::vector<float> table; // not trivially copyable: cannot travel into a kernel
     void apply(float&, float, float*) const {}
 };
@@ -74,7 +74,7 @@ struct rule_not_copyable {
 
 struct no_describe {
     static constexpr const char* name = "no_describe";
-    static constexpr int state_slots = 0;
+    [[maybe_unused]] static constexpr int state_slots = 0;
     outer::average_rule prepare(std::uint64_t) const { return {}; }
 };
 
