@@ -842,7 +842,7 @@ TEST_CASE("comm::run_elastic: a worker whose thread throws is failed, and its pe
     const outcome o = run_scenario(p, make_diloco);
     REQUIRE(params.size() == 3);
     for (const auto& entry : params) { // (not a structured binding: INFO's lambda takes it, which clang 14 refuses)
-        const auto& id = entry.first;
+        const int id = entry.first;
         INFO("worker " << id);
         CHECK(bitwise_equal(entry.second, o.params.at(id)));
     }
