@@ -10,14 +10,15 @@
 #   trickle_install_deps all   (the default) the above, and what scripts/test.sh adds: MPI,
 #                              Google Benchmark, Random123, libtorch + Gloo (trickle::torch), and
 #                              the Python package's build (python3-torch, pybind11, headers,
-#                              venv, pip, setuptools, wheel, ninja) and matplotlib for the plots
+#                              venv, pip, setuptools, wheel, ninja), matplotlib for the plots, and
+#                              clang with its sanitizer runtimes and OpenMP (CI's host build)
 #
 # Everything beyond the sim set is optional to CMake: MPI, Torch and OpenMP are found QUIET
 # (cmake/TrickleComponents.cmake, AUTO by default) and the targets that need them are skipped
 # when they are absent; Google Benchmark is required only with TRICKLE_BUILD_BENCHMARKS
 # (off in host-release); Random123 only adds a cross-check to test_philox.
 
-# package -> a file that proves it is installed (alternatives separated by |)
+# package -> a file that proves it is installed (alternatives separated by |; globs allowed)
 trickle_sim_packages() {
     cat <<'LIST'
 cmake /usr/bin/cmake
@@ -45,6 +46,9 @@ python3-pip /usr/lib/python3/dist-packages/pip/__init__.py
 python3-wheel /usr/lib/python3/dist-packages/wheel/__init__.py
 python3-setuptools /usr/lib/python3/dist-packages/setuptools/__init__.py
 ninja-build /usr/bin/ninja
+clang /usr/bin/clang++
+libclang-rt-dev /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.asan-x86_64.a
+libomp-dev /usr/lib/llvm-*/lib/libomp.so
 LIST
 }
 
@@ -66,7 +70,7 @@ trickle_install_deps() {
         [ -n "$pkg" ] || continue
         local found=0
         IFS='|' read -ra alts <<<"$files"
-        for f in "${alts[@]}"; do [ -e "$f" ] && found=1; done
+        for f in "${alts[@]}"; do compgen -G "$f" >/dev/null && found=1; done
         [ "$found" = 1 ] || missing+=("$pkg")
     done <<<"$list"
     if [ "${#missing[@]}" -eq 0 ]; then

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds trickle and runs every test: the host suites (Debug, ASan + UBSan; with the
-# libtorch adapter's suites and example), the MPI suites under mpirun, the consumer
+# Builds trickle and runs every test: the host suites (Debug, ASan + UBSan, built by clang++;
+# the libtorch adapter's suites and example and the -O3 warnings check by g++), the MPI
+# suites under mpirun, the consumer
 # builds, the Python package's tests under torchrun (against Debian's torch), the threaded
 # suites again under ThreadSanitizer, and — when the CUDA toolkit is present — the CUDA
 # build for sm_80 and sm_90 (with the Python package's nvcc units), whose GPU tests run
@@ -29,11 +30,22 @@ phase() {
     phase_start=$now
 }
 
-echo "== host: configure, build, test (Debug, ASan + UBSan)"
+# The host suites in two trees: clang++ builds and runs everything it can (about half g++'s
+# time under the sanitizers), and a g++ tree adds what clang cannot build or must not stand
+# in for: the libtorch adapter's targets (Debian's torch 1.13 headers need g++ in C++20)
+# and o3_paths, g++'s -O3 -Wall -Wextra -Werror build of the headers' optimized paths.
+# (cmake --preset host builds all of it with g++ alone.)
+echo "== host: configure, build, test (Debug, ASan + UBSan, clang++; all but the libtorch adapter's targets)"
+cmake --preset host-clang >/dev/null
+cmake --build --preset host-clang -j "$jobs"
+ctest --preset host-clang -j "$jobs" --timeout 900
+phase "host (clang++: build and tests)"
+
+echo "== host-gcc: the libtorch adapter's targets and g++'s -O3 warnings check (Debug, ASan + UBSan, g++)"
 cmake --preset host >/dev/null
-cmake --build --preset host -j "$jobs"
-ctest --preset host -j "$jobs" --timeout 900
-phase "host (build and tests)"
+cmake --build --preset host-gcc -j "$jobs"
+ctest --preset host-gcc -j "$jobs" --timeout 900
+phase "host-gcc (g++: the libtorch adapter, o3_paths)"
 
 echo "== python: the trickle package built against Debian's PyTorch; its tests and example under torchrun (4 ranks, Gloo)"
 MAX_JOBS=$jobs bash tests/python/run.sh
