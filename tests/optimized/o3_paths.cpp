@@ -10,12 +10,17 @@
 // step, and identical averaged positions; exit 1 names the path that did not.
 #include <trickle/algorithm/demo.hpp>
 #include <trickle/comm/async.hpp>
+#include <trickle/comm/elastic.hpp>
 #include <trickle/trickle.hpp>
 
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <thread>
+#include <type_traits>
 #include <vector>
 
 namespace {
@@ -115,6 +120,84 @@ bool demo_agrees(int steps, Values values) {
     return true;
 }
 
+// An elastic communicator that carries no trainer state (comm::elastic_communicator asks
+// for none): it forwards to a comm::elastic_local. The join's welcome then knows at
+// compile time that there is no trainer state, which g++ 12 at -O3 once turned into a
+// -Warray-bounds error inside the header's trainer-state branch.
+struct bare_elastic {
+    using memory_space = host_space;
+    comm::elastic_local& c;
+    int id() const { return c.id(); }
+    std::uint64_t epoch() const { return c.epoch(); }
+    int rank() const { return c.rank(); }
+    int size() const { return c.size(); }
+    traffic_counters traffic() const { return c.traffic(); }
+    void synchronize() {}
+    void all_reduce_sum(float* d, std::size_t n) { c.all_reduce_sum(d, n); }
+    void all_gather_bytes(const void* s, void* r, std::size_t b) { c.all_gather_bytes(s, r, b); }
+    void all_gather(const void* s, void* r, std::size_t b) { c.all_gather(s, r, b); }
+    void all_to_all(const void* s, void* r, std::size_t b) { c.all_to_all(s, r, b); }
+    void send_recv(const float* s, std::size_t n, int d, float* r, std::size_t m, int src) { c.send_recv(s, n, d, r, m, src); }
+    void broadcast(float* d, std::size_t n, int root) { c.broadcast(d, n, root); }
+    void barrier() { c.barrier(); }
+    comm::membership_change renew() { return c.renew(); }
+    comm::membership_change join() { return c.join(); }
+    void leave() { c.leave(); }
+};
+static_assert(comm::elastic_communicator<bare_elastic>);
+
+// DiLoCo over an elastic world of `workers` (comm::elastic_local itself, or wrapped in
+// bare_elastic), 16 steps with H = 4; a fourth worker asks to join at step 8 and is
+// admitted at the next outer step (the donor's state, and the trainer state when the
+// communicator carries one); says whether the four replicas end bit-identical.
+template <bool Bare>
+bool elastic_agrees() {
+    using namespace std::chrono_literals;
+    comm::elastic_local_world world(workers + 1, 5000ms, workers);
+    std::vector<std::vector<float>> out(workers + 1);
+    std::atomic<bool> released{false};
+    std::atomic<int> errors{0};
+    const auto run = [&](int id, bool join) {
+        try {
+            comm::elastic_local inner = world.worker(id);
+            bare_elastic bare{inner};
+            auto& c = [&]() -> auto& {
+                if constexpr (Bare) return bare; else return inner;
+            }();
+            using C = std::remove_reference_t<decltype(c)>;
+            model m(join ? 7 : id);
+            diloco_options o{.interval = 4, .seed = 3};
+            o.join = join;
+            diloco_engine<outer::nesterov, topology::all_reduce, float, host_space, C> alg(m.group, c, o);
+            for (std::uint64_t t = alg.stats().steps; t < 16; ++t) {
+                if (!join && t == 8) { // the members wait until the joiner has asked
+                    released.store(true);
+                    const auto deadline = std::chrono::steady_clock::now() + 5s;
+                    while (world.joiners_waiting() < 1 && std::chrono::steady_clock::now() < deadline)
+                        std::this_thread::yield();
+                }
+                m.train(id, static_cast<int>(t));
+                alg.step(exec::host{});
+            }
+            out[static_cast<std::size_t>(id)] = m.flat();
+        } catch (const std::exception& e) {
+            std::printf("worker %d: %s\n", id, e.what());
+            ++errors;
+        }
+    };
+    std::vector<std::thread> th;
+    for (int id = 0; id < workers; ++id) th.emplace_back(run, id, false);
+    th.emplace_back([&] {
+        while (!released.load()) std::this_thread::yield();
+        run(workers, true);
+    });
+    for (auto& t : th) t.join();
+    if (errors.load() != 0) return false;
+    for (std::size_t r = 1; r < out.size(); ++r)
+        if (out[r] != out[0]) return false;
+    return true;
+}
+
 } // namespace
 
 int main() {
@@ -177,6 +260,10 @@ int main() {
     check("sparta_diloco (H = 4)", replicas_agree(8, false, [](const param_group<float>& g, auto& c) {
               return sparta_diloco<>(g, c, {.fraction = 0.05, .seed = 2}, {.interval = 4, .seed = 2});
           }));
+    // Elastic DiLoCo (a join at step 8): over comm::elastic_local, which carries a trainer
+    // state, and over a communicator that carries none.
+    check("diloco elastic, a join (comm::elastic_local)", elastic_agrees<false>());
+    check("diloco elastic, a join (no trainer state carried)", elastic_agrees<true>());
     check("ddp", replicas_agree(3, false, [](const param_group<float>& g, auto& c) { return ddp(g, c); }));
     check("demo top_k, fp32 values", demo_agrees<demo_select::top_k>(6, codec::fp32{}));
     check("demo shared, sign2_block values", demo_agrees<demo_select::shared>(6, codec::sign2_block{}));
