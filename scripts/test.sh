@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Builds trickle and runs every test: the host suites (Debug, ASan + UBSan, built by clang++;
 # the libtorch adapter's suites and example and the -O3 warnings check by g++), the MPI
-# suites under mpirun, the consumer
-# builds, the Python package's tests under torchrun (against Debian's torch), the threaded
-# suites again under ThreadSanitizer, and — when the CUDA toolkit is present — the CUDA
-# build for sm_80 and sm_90 (with the Python package's nvcc units), whose GPU tests run
-# where a GPU exists and are reported as skipped elsewhere. Installs missing Debian
-# packages when run as root. CI runs it as it is (about 50 minutes on 2 cores).
+# suites under mpirun, the consumer builds, the Python package's tests under torchrun
+# (against Debian's torch), the threaded suites again under ThreadSanitizer, and — when the
+# CUDA toolkit is present — the CUDA build for sm_80 and sm_90 (with the Python package's
+# nvcc units), whose GPU tests run where a GPU exists and are reported as skipped elsewhere.
+# Installs missing Debian packages when run as root. CI runs it as it is (about 50 minutes
+# on 2 cores).
 #   scripts/test.sh                     all of the above
 #   TRICKLE_NO_CUDA=1 scripts/test.sh   no CUDA build
 #   TRICKLE_PYPI=1 scripts/test.sh      also the package against a current PyPI torch, with
