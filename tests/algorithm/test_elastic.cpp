@@ -6,6 +6,7 @@
 #include <trickle/trickle.hpp>
 
 #include "drift_model.hpp"
+#include "forwarding_elastic.hpp"
 #include "test_support.hpp"
 
 #include <doctest/doctest.h>
@@ -355,17 +356,9 @@ namespace {
 
 // Forwards to an elastic_local, and fails (leaves, then throws) in its k-th all_reduce_sum:
 // a worker that dies inside the collective of an outer step, after its peers entered it.
-struct dying_comm {
-    using memory_space = host_space;
-    comm::elastic_local& c;
+struct dying_comm : trickle_test::forwarding_elastic {
     int die_in = 0;
     int calls = 0;
-    int id() const { return c.id(); }
-    std::uint64_t epoch() const { return c.epoch(); }
-    int rank() const { return c.rank(); }
-    int size() const { return c.size(); }
-    traffic_counters traffic() const { return c.traffic(); }
-    void synchronize() {}
     void all_reduce_sum(float* d, std::size_t n) {
         if (++calls == die_in) {
             std::this_thread::sleep_for(30ms); // the peers are inside the collective by now
@@ -374,15 +367,6 @@ struct dying_comm {
         }
         c.all_reduce_sum(d, n);
     }
-    void all_gather_bytes(const void* s, void* r, std::size_t b) { c.all_gather_bytes(s, r, b); }
-    void all_gather(const void* s, void* r, std::size_t b) { c.all_gather(s, r, b); }
-    void all_to_all(const void* s, void* r, std::size_t b) { c.all_to_all(s, r, b); }
-    void send_recv(const float* s, std::size_t n, int d, float* r, std::size_t m, int src) { c.send_recv(s, n, d, r, m, src); }
-    void broadcast(float* d, std::size_t n, int root) { c.broadcast(d, n, root); }
-    void barrier() { c.barrier(); }
-    comm::membership_change renew() { return c.renew(); }
-    comm::membership_change join() { return c.join(); }
-    void leave() { c.leave(); }
 };
 static_assert(comm::elastic_communicator<dying_comm>);
 
@@ -401,7 +385,7 @@ TEST_CASE("DiLoCo: a worker that dies inside an outer step's all-reduce: its con
         for (int id = 0; id < 4; ++id)
             th.emplace_back([&, id] {
                 comm::elastic_local inner = world.worker(id);
-                dying_comm c{inner, id == 3 ? 2 : 0};
+                dying_comm c{{inner}, id == 3 ? 2 : 0};
                 model m(id);
                 diloco_engine<outer::nesterov, topology::all_reduce, float, host_space, dying_comm> alg(m.group, c,
                                                                                                        dopts(false));
@@ -853,34 +837,15 @@ namespace {
 // comm::elastic_local whose k-th renew() fails with peer_failure before it renews (as
 // comm::elastic_group's does when the new epoch's group cannot form: a peer died during
 // its rendezvous). Everything else is forwarded.
-class renew_fails_once {
+class renew_fails_once : public trickle_test::forwarding_elastic {
 public:
-    using memory_space = host_space;
-    renew_fails_once(comm::elastic_local& c, int fail_at) : c_(c), fail_at_(fail_at) {}
-    int rank() const { return c_.rank(); }
-    int size() const { return c_.size(); }
-    int id() const { return c_.id(); }
-    std::uint64_t epoch() const { return c_.epoch(); }
-    traffic_counters traffic() const { return c_.traffic(); }
-    void synchronize() {}
-    void all_reduce_sum(float* d, std::size_t n) { c_.all_reduce_sum(d, n); }
-    void all_gather_bytes(const void* s, void* r, std::size_t b) { c_.all_gather_bytes(s, r, b); }
-    void all_gather(const void* s, void* r, std::size_t b) { c_.all_gather(s, r, b); }
-    void all_to_all(const void* s, void* r, std::size_t b) { c_.all_to_all(s, r, b); }
-    void send_recv(const float* s, std::size_t n, int dst, float* r, std::size_t m, int src) {
-        c_.send_recv(s, n, dst, r, m, src);
-    }
-    void broadcast(float* d, std::size_t n, int root) { c_.broadcast(d, n, root); }
-    void barrier() { c_.barrier(); }
+    renew_fails_once(comm::elastic_local& c, int fail_at) : forwarding_elastic{c}, fail_at_(fail_at) {}
     comm::membership_change renew() {
         if (++renewals_ == fail_at_) throw peer_failure("the new epoch's group could not form (injected)");
-        return c_.renew();
+        return c.renew();
     }
-    comm::membership_change join() { return c_.join(); }
-    void leave() { c_.leave(); }
 
 private:
-    comm::elastic_local& c_;
     int fail_at_;
     int renewals_ = 0;
 };

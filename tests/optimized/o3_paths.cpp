@@ -13,6 +13,8 @@
 #include <trickle/comm/elastic.hpp>
 #include <trickle/trickle.hpp>
 
+#include "forwarding_elastic.hpp"
+
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -120,34 +122,11 @@ bool demo_agrees(int steps, Values values) {
     return true;
 }
 
-// An elastic communicator that carries no trainer state (comm::elastic_communicator asks
-// for none): it forwards to a comm::elastic_local. The join's welcome then knows at
-// compile time that there is no trainer state, which g++ 12 at -O3 once turned into a
-// -Warray-bounds error inside the header's trainer-state branch.
-struct bare_elastic {
-    using memory_space = host_space;
-    comm::elastic_local& c;
-    int id() const { return c.id(); }
-    std::uint64_t epoch() const { return c.epoch(); }
-    int rank() const { return c.rank(); }
-    int size() const { return c.size(); }
-    traffic_counters traffic() const { return c.traffic(); }
-    void synchronize() {}
-    void all_reduce_sum(float* d, std::size_t n) { c.all_reduce_sum(d, n); }
-    void all_gather_bytes(const void* s, void* r, std::size_t b) { c.all_gather_bytes(s, r, b); }
-    void all_gather(const void* s, void* r, std::size_t b) { c.all_gather(s, r, b); }
-    void all_to_all(const void* s, void* r, std::size_t b) { c.all_to_all(s, r, b); }
-    void send_recv(const float* s, std::size_t n, int d, float* r, std::size_t m, int src) { c.send_recv(s, n, d, r, m, src); }
-    void broadcast(float* d, std::size_t n, int root) { c.broadcast(d, n, root); }
-    void barrier() { c.barrier(); }
-    comm::membership_change renew() { return c.renew(); }
-    comm::membership_change join() { return c.join(); }
-    void leave() { c.leave(); }
-};
-static_assert(comm::elastic_communicator<bare_elastic>);
 
 // DiLoCo over an elastic world of `workers` (comm::elastic_local itself, or wrapped in
-// bare_elastic), 16 steps with H = 4; a fourth worker asks to join at step 8 and is
+// trickle_test::forwarding_elastic, a communicator that carries no trainer state: the
+// join's welcome then knows at compile time that there is none, which g++ 12 at -O3 once
+// turned into a -Warray-bounds error in the header's trainer-state branch), 16 steps with H = 4; a fourth worker asks to join at step 8 and is
 // admitted at the next outer step (the donor's state, and the trainer state when the
 // communicator carries one); says whether the four replicas end bit-identical.
 template <bool Bare>
@@ -160,7 +139,7 @@ bool elastic_agrees() {
     const auto run = [&](int id, bool join) {
         try {
             comm::elastic_local inner = world.worker(id);
-            bare_elastic bare{inner};
+            trickle_test::forwarding_elastic bare{inner};
             auto& c = [&]() -> auto& {
                 if constexpr (Bare) return bare; else return inner;
             }();
