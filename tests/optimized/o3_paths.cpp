@@ -122,13 +122,13 @@ bool demo_agrees(int steps, Values values) {
     return true;
 }
 
-
-// DiLoCo over an elastic world of `workers` (comm::elastic_local itself, or wrapped in
-// trickle_test::forwarding_elastic, a communicator that carries no trainer state: the
-// join's welcome then knows at compile time that there is none, which g++ 12 at -O3 once
-// turned into a -Warray-bounds error in the header's trainer-state branch), 16 steps with H = 4; a fourth worker asks to join at step 8 and is
-// admitted at the next outer step (the donor's state, and the trainer state when the
-// communicator carries one); says whether the four replicas end bit-identical.
+// DiLoCo over an elastic world of `workers`, 16 steps with H = 4; a fourth worker asks to
+// join at step 8 and is admitted at the next outer step (the donor's state, and the trainer
+// state when the communicator carries one); says whether the four replicas end
+// bit-identical. Bare: through trickle_test::forwarding_elastic, which carries no trainer
+// state, so the join's welcome knows at compile time that there is none (g++ 12 at -O3 once
+// turned that into a -Warray-bounds error in the header's trainer-state branch); otherwise
+// through comm::elastic_local itself.
 template <bool Bare>
 bool elastic_agrees() {
     using namespace std::chrono_literals;
