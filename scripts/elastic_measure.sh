@@ -123,10 +123,11 @@ sleep 2
 wait $(jobs -p | grep -v "^$store_pid\$") 2>/dev/null || true
 join_s=$(sed -n 's/.*constructed in \([0-9.]*\) s.*(joined.*/\1/p' "$tmp/j2.log")
 bytes=$(sed -n 's/.*, \([0-9]*\) B of state moved.*/\1/p' "$tmp/j2.log")
+moved_s=$(sed -n 's/.* B of state moved in \([0-9.]*\) s.*/\1/p' "$tmp/j2.log")
 python3 -c "
-bw=$bw; b=$bytes; s=$join_s
+bw=$bw; b=$bytes; s=$join_s; m=$moved_s
 print(f'loopback bandwidth (one TCP stream, measured now): {bw/1e9:.2f} GB/s')
-print(f'state moved: {b/1e6:.0f} MB; joiner admitted and holding the state in {s:.2f} s')
-print(f'ratio to bytes / bandwidth: {s/(b/bw):.1f}x (bytes / bandwidth = {b/bw:.2f} s)')"
+print(f'state moved: {b/1e6:.0f} MB in {m:.2f} s (the welcome: transfer, checks, hash vote), {m/(b/bw):.1f}x bytes / bandwidth ({b/bw:.2f} s)')
+print(f'joiner constructed (its own buffers, admission at the members\' next round, the welcome, that round) in {s:.2f} s')"
 cat "$tmp"/j*.log | grep -v "^$" | sed 's/^/    /'
 fi

@@ -309,11 +309,11 @@ int main(int argc, char** argv) {
         }
         const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         std::printf("worker %d: epoch %llu, %d workers, %llu changes (%llu joined, %llu left), %llu rounds retried, "
-                    "%llu B of state moved, %.3f s waiting, %.3f s in all, %llu rounds\n",
+                    "%llu B of state moved in %.3f s, %.3f s waiting, %.3f s in all, %llu rounds\n",
                     a.id, static_cast<unsigned long long>(ms.epoch), ms.workers,
                     static_cast<unsigned long long>(ms.changes), static_cast<unsigned long long>(ms.joined),
                     static_cast<unsigned long long>(ms.left), static_cast<unsigned long long>(ms.rounds_retried),
-                    static_cast<unsigned long long>(ms.state_bytes), ms.wait_seconds, seconds,
+                    static_cast<unsigned long long>(ms.state_bytes), ms.transfer_seconds, ms.wait_seconds, seconds,
                     static_cast<unsigned long long>(rounds));
         if (!a.out.empty()) {
             std::ofstream out(a.out, std::ios::binary);

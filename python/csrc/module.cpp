@@ -201,6 +201,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
                  d["rounds_below_quorum"] = m.rounds_below_quorum;
                  d["state_bytes"] = m.state_bytes;
                  d["wait_seconds"] = m.wait_seconds;
+                 d["transfer_seconds"] = m.transfer_seconds;
                  return d;
              })
         .def("save_bytes",

@@ -766,7 +766,8 @@ class _Algorithm:
     def membership(self) -> Dict[str, Any]:
         """Over trickle.Elastic: the view (epoch, workers) and what changed it (joined, left,
         joins_refused), the rounds retried after a failure or skipped below quorum, the
-        bytes of state moved to joiners and the seconds spent waiting in renewals."""
+        bytes of state moved to joiners and the seconds that took (transfer_seconds), and the
+        seconds spent waiting in renewals."""
         return dict(self._impl.membership())
 
     @property

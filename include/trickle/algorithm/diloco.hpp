@@ -56,6 +56,7 @@
 #include <istream>
 #include <optional>
 #include <ostream>
+#include <span>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -447,11 +448,13 @@ private:
                });
         rs.add("snapshot", detail::saved | detail::sent | detail::hashed, n_ * sizeof(float), [this] { return host_floats(snapshot_, n_); },
                [this](const std::string& b) { copy_from_host(snapshot_, reinterpret_cast<const float*>(b.data()), n_); });
+        if constexpr (!on_device) rs.in_host_memory([this] { return std::span<float>(snapshot_, n_); });
         rs.add("outer_state", detail::saved | detail::sent | detail::hashed, state_floats_ * sizeof(float),
                [this] { return host_floats(state_, state_floats_); },
                [this](const std::string& b) {
                    copy_from_host(state_, reinterpret_cast<const float*>(b.data()), state_floats_);
                });
+        if constexpr (!on_device) rs.in_host_memory([this] { return std::span<float>(state_, state_floats_); });
         if (route_.feedback())
             rs.add("residual", detail::saved | detail::backed_up, n_ * sizeof(float),
                    [this] {

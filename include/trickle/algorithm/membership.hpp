@@ -27,6 +27,7 @@
 
 #include <trickle/algorithm/agreement.hpp>
 #include <trickle/algorithm/stats.hpp>
+#include <trickle/comm/byte_stream.hpp>
 #include <trickle/comm/communicator.hpp>
 #include <trickle/algorithm/detail/round.hpp>
 #include <trickle/comm/view.hpp>
@@ -38,7 +39,9 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <istream>
 #include <optional>
+#include <ostream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -49,23 +52,20 @@ TRICKLE_NAMESPACE_BEGIN
 
 namespace detail {
 
-// Sends a byte string from root to every rank: its length through the control plane
-// (all_gather_bytes), its bytes through the float broadcast (the bits travel unchanged:
-// every communicator's broadcast copies them).
+// Sends a byte string from root to the ranks flagged in `receives` (comm/byte_stream.hpp);
+// what the others return is empty.
 template <class Comm>
-std::string broadcast_blob(Comm& comm, std::string blob, int root) {
-    const std::uint64_t mine = comm.rank() == root ? blob.size() : 0;
-    std::vector<std::uint64_t> lengths(static_cast<std::size_t>(comm.size()));
-    comm.all_gather_bytes(&mine, lengths.data(), sizeof mine);
-    const std::uint64_t len = lengths[static_cast<std::size_t>(root)];
-    // The bytes travel in place, in the string padded to whole floats (a state of many
-    // megabytes is not copied into a float buffer and back).
-    const std::size_t floats = (len + sizeof(float) - 1) / sizeof(float);
-    if (comm.rank() != root) blob.assign(floats * sizeof(float), '\0');
-    else blob.resize(floats * sizeof(float), '\0');
-    comm.broadcast(reinterpret_cast<float*>(blob.data()), floats, root);
-    blob.resize(len);
-    return blob;
+std::string send_blob(Comm& comm, std::string blob, int root, const std::vector<char>& receives) {
+    if (comm.rank() == root) {
+        comm::stream_writer<Comm> out(comm, root, receives);
+        out.sputn(blob.data(), static_cast<std::streamsize>(blob.size()));
+        out.finish();
+        return blob;
+    }
+    comm::stream_reader<Comm> in(comm, root, receives);
+    if (receives[static_cast<std::size_t>(comm.rank())]) return in.rest();
+    in.drain();
+    return {};
 }
 
 // The trainer state a communicator carries to joiners (comm::trainer_state), or null.
@@ -79,9 +79,12 @@ const comm::trainer_state* carried_trainer_state(const Comm& comm) {
 
 // The welcome of step 2 above. Engine provides:
 //   config_record elastic_record() const        its configuration (the same on every worker)
-//   std::string transfer_state() const          the donor's global state, checksummed
-//   void receive_state(const std::string&)      a joiner applies it (throws trickle::error if refused)
+//   void send_state(std::ostream&) const        writes the donor's global state, checksummed
+//   void receive_state(std::istream&)           a joiner reads and applies it (throws
+//                                               trickle::error if refused)
 //   std::uint32_t global_hash() const           a hash of the state every replica shares
+// The state travels as a stream over the communicator's broadcast (comm/byte_stream.hpp):
+// sections that lie in host memory go from the donor's memory straight into the joiner's.
 // When the communicator carries a trainer state (comm::trainer_state), its name is a field
 // of each rank's record and the donor's state follows the algorithm's. Returns false when
 // a joiner was refused (the caller renews), true otherwise; a refused joiner leaves and
@@ -123,9 +126,37 @@ bool welcome(Comm& comm, Engine& e, membership_stats& ms, const comm::membership
         for (std::size_t i = 0; i < diffs.size(); ++i) msg += (i ? "; " : "") + diffs[i];
         if (!msg.empty()) why[static_cast<std::size_t>(r)] = "its configuration differs from the members': " + msg;
     }
-    // The state, from the donor; the joiners whose configuration matched apply it.
-    const std::string blob = broadcast_blob(comm, me == donor ? e.transfer_state() : std::string(), donor);
-    if (me == donor || i_join) ms.state_bytes += blob.size();
+    const auto t0 = std::chrono::steady_clock::now();
+    // The state, from the donor; the joiners whose configuration matched read and apply it,
+    // every other rank takes part and keeps nothing.
+    // Only the joiners that may be admitted receive it.
+    std::vector<char> receives(static_cast<std::size_t>(N));
+    for (int r = 0; r < N; ++r)
+        receives[static_cast<std::size_t>(r)] = joiner[static_cast<std::size_t>(r)] && why[static_cast<std::size_t>(r)].empty();
+    std::string mine_failed;
+    if (me == donor) {
+        comm::stream_writer<Comm> out(comm, donor, receives);
+        std::ostream os(&out);
+        os.exceptions(std::ios::badbit); // a communicator's error leaves as itself
+        e.send_state(os);
+        out.finish();
+        ms.state_bytes += out.bytes();
+    } else {
+        comm::stream_reader<Comm> in(comm, donor, receives);
+        if (receives[static_cast<std::size_t>(me)]) {
+            std::istream is(&in);
+            is.exceptions(std::ios::badbit);
+            try {
+                e.receive_state(is); // (the hash below reads the applied state)
+            } catch (const comm_error&) {
+                throw;
+            } catch (const error& ex) {
+                mine_failed = ex.what();
+            }
+        }
+        in.drain();
+        if (receives[static_cast<std::size_t>(me)]) ms.state_bytes += in.bytes();
+    }
     // The trainer's state, after it: a first byte 1, the CRC-32C of the bytes (4 bytes, as
     // the checkpoints write theirs) and the bytes, or 0 and why the donor's save() failed
     // (so that every rank still takes part in the broadcast).
@@ -149,16 +180,10 @@ bool welcome(Comm& comm, Engine& e, membership_stats& ms, const comm::membership
                 out = std::string(1, '\0') + concat("the donor could not save its trainer state: ", ex.what());
             }
         }
-        theirs = broadcast_blob(comm, std::move(out), donor);
-        if (me == donor || i_join) ms.state_bytes += theirs.size();
+        theirs = send_blob(comm, std::move(out), donor, receives);
+        if (me == donor || receives[static_cast<std::size_t>(me)]) ms.state_bytes += theirs.size();
     }
-    std::string mine_failed;
     if (i_join && why[static_cast<std::size_t>(me)].empty()) {
-        try {
-            e.receive_state(blob); // (the hash below reads the applied state, not the blob)
-        } catch (const error& ex) {
-            mine_failed = ex.what();
-        }
         if (mine_failed.empty() && donor_carries && trainer != nullptr) {
             std::uint32_t sent = 0;
             if (theirs.size() >= 5) std::memcpy(&sent, theirs.data() + 1, sizeof sent);
@@ -204,6 +229,7 @@ bool welcome(Comm& comm, Engine& e, membership_stats& ms, const comm::membership
         refused += w.empty() ? 0 : 1;
     }
     ms.joins_refused += static_cast<std::uint64_t>(refused);
+    ms.transfer_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (i_join && !why[static_cast<std::size_t>(me)].empty()) {
         std::string msg = concat(kind, ": join refused: ",
                                  mine_failed.empty() ? why[static_cast<std::size_t>(me)] : mine_failed);

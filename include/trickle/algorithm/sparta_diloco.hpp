@@ -119,20 +119,15 @@ public:
         if (!b.error().empty()) rec.set_error(b.error());
         return rec;
     }
-    std::string transfer_state() const {
-        const std::string a = sparse_.transfer_state();
-        const std::uint64_t len = a.size();
-        std::string out(reinterpret_cast<const char*>(&len), sizeof len);
-        return out + a + outer_.transfer_state();
+    // Two transfers in a row: DiLoCo's first (a joiner applies it first: it sets the
+    // parameters to the snapshot), then SPARTA's (the donor's parameters).
+    void send_state(std::ostream& os) const {
+        outer_.send_state(os);
+        sparse_.send_state(os);
     }
-    void receive_state(const std::string& blob) {
-        std::uint64_t len = 0;
-        if (blob.size() < sizeof len) throw invalid_argument("sparta_diloco: the transferred state is truncated");
-        std::memcpy(&len, blob.data(), sizeof len);
-        if (len > blob.size() - sizeof len) throw invalid_argument("sparta_diloco: the transferred state is truncated");
-        // DiLoCo first (it sets the parameters to the snapshot), then SPARTA (the donor's parameters).
-        outer_.receive_state(blob.substr(sizeof len + len));
-        sparse_.receive_state(blob.substr(sizeof len, len));
+    void receive_state(std::istream& is, checkpoint_trailing trailing = checkpoint_trailing::refuse) {
+        outer_.receive_state(is, checkpoint_trailing::leave);
+        sparse_.receive_state(is, trailing);
     }
     std::uint32_t global_hash() const {
         const std::uint32_t h[2] = {sparse_.global_hash(), outer_.global_hash()};

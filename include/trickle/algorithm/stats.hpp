@@ -90,6 +90,7 @@ struct membership_stats {
     std::uint64_t rounds_below_quorum = 0; // rounds skipped: training went on locally
     std::uint64_t state_bytes = 0;         // state transferred to joiners (sent by the donor, received by a joiner)
     double wait_seconds = 0.0;             // time spent in renewals and in rounds that failed
+    double transfer_seconds = 0.0;         // time spent in welcomes: the state's transfer, its check, the hash vote
 };
 
 // How DiLoCo's outer steps combined the workers' outer gradients (diloco_options::aggregate;

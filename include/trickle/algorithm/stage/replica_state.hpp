@@ -34,7 +34,7 @@
 #include <istream>
 #include <limits>
 #include <ostream>
-#include <sstream>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -112,6 +112,14 @@ public:
         std::function<std::uint64_t(const staged_sections&)> size;  // the bytes it must hold, given the sections
                                                                     // read before it (any_size: a blob)
         std::function<void(const staged_sections&)> check = {};     // throws invalid_argument for bad content
+        // Optional, for a large section held in host memory: its bytes where they lie (what
+        // read() would copy), or an empty span where they are not readable from the host.
+        // Saves, transfers and hashes read it instead of a copy.
+        std::function<std::span<const char>()> view = {};
+        // Optional: host memory where write() would store exactly these bytes and do nothing
+        // else (no conversion, no mirror elsewhere), or an empty span. A transfer is received
+        // straight into it (see receive()).
+        std::function<std::span<char>()> place = {};
     };
 
     // `kind`: the checkpoint's kind ("sparta", "diloco", ...); the transfer's is kind + "-transfer".
@@ -128,6 +136,22 @@ public:
         return add(section{std::move(name), use, std::move(read), std::move(write),
                            [bytes](const staged_sections&) { return bytes; }, std::move(check)});
     }
+    // Says that the section added last lies in host memory as `values()` (a span of trivially
+    // copyable values), which its read() copies out and its write() copies in, nothing more:
+    // saves, transfers and hashes read it where it lies, and a transfer lands there.
+    template <class Values>
+    replica_state& in_host_memory(Values values) {
+        section& s = sections_.back();
+        s.view = [values] {
+            const auto v = values();
+            return std::span<const char>(reinterpret_cast<const char*>(v.data()), v.size_bytes());
+        };
+        s.place = [values] {
+            const auto v = values();
+            return std::span<char>(reinterpret_cast<char*>(v.data()), v.size_bytes());
+        };
+        return *this;
+    }
     // The configuration hash checkpoints and transfers carry (config_record::serialize, fnv1a).
     void set_config_hash(std::uint64_t h) { config_hash_ = h; }
 
@@ -143,16 +167,7 @@ public:
     }
 
     // ---- The checkpoint.
-    void save(std::ostream& os) const {
-        checkpoint_writer w(os);
-        w.header(kind_, config_hash_);
-        for (const section& s : sections_)
-            if (s.use & saved) {
-                const std::string b = s.read();
-                w.section(s.name, b.data(), b.size());
-            }
-        w.finish();
-    }
+    void save(std::ostream& os) const { write(os, kind_, saved); }
 
     // Collective: reads a checkpoint into staged sections, then every worker agrees on
     // `record` (what the staged state must match across workers; its error set when this
@@ -182,33 +197,28 @@ public:
     }
 
     // ---- Membership: the state a live member sends a joiner, and its hash.
-    std::string transfer() const {
-        std::ostringstream os;
-        checkpoint_writer w(os);
-        w.header(kind_ + "-transfer", config_hash_);
-        for (const section& s : sections_)
-            if (s.use & sent) {
-                const std::string b = s.read();
-                w.section(s.name, b.data(), b.size());
-            }
-        w.finish();
-        return std::move(os).str();
-    }
-    // Applies a transfer; throws trickle::error (nothing applied) when it is refused.
-    void receive(const std::string& blob) {
-        std::istringstream is(blob);
+    // Writes the transfer (a checkpoint of the sent sections, kind + "-transfer") to os.
+    void send(std::ostream& os) const { write(os, kind_ + "-transfer", sent); }
+    // Reads a transfer from is and applies it; throws trickle::error when it is refused. A
+    // transfer is received by a joiner only, from its constructor: a refused joiner never
+    // becomes an object. So the sections that offer a place are read straight into it (no
+    // staged copy of a large state); on a refusal they may hold part of the transfer, and the
+    // rest of the state is unchanged. `trailing`: as for a checkpoint (a transfer made of
+    // several parts reads all but the last with leave).
+    void receive(std::istream& is, checkpoint_trailing trailing = checkpoint_trailing::refuse) {
         checkpoint_reader r(is);
         r.header(kind_ + "-transfer", config_hash_);
         staged_sections st;
-        read_sections(r, sent, st);
-        r.finish();
+        read_sections(r, sent, st, true);
+        r.finish(trailing);
         apply(sent, st);
     }
     std::uint32_t hash() const {
         std::uint32_t h = 0;
+        std::string copy;
         for (const section& s : sections_)
             if (s.use & hashed) {
-                const std::string b = s.read();
+                const std::span<const char> b = bytes(s, copy);
                 h = crc32c(b.data(), b.size(), h);
             }
         return h;
@@ -227,10 +237,39 @@ public:
     }
 
 private:
-    void read_sections(checkpoint_reader& r, unsigned use, staged_sections& st) const {
+    // A section's bytes: its view, or its read() kept in `copy`.
+    static std::span<const char> bytes(const section& s, std::string& copy) {
+        if (s.view) {
+            const std::span<const char> v = s.view();
+            if (!v.empty()) return v;
+        }
+        copy = s.read();
+        return {copy.data(), copy.size()};
+    }
+    void write(std::ostream& os, const std::string& kind, unsigned use) const {
+        checkpoint_writer w(os);
+        w.header(kind, config_hash_);
+        std::string copy;
+        for (const section& s : sections_)
+            if (s.use & use) {
+                const std::span<const char> b = bytes(s, copy);
+                w.section(s.name, b.data(), b.size());
+            }
+        w.finish();
+    }
+    // Reads the sections of `use` into st, in order; with in_place, a section that offers a
+    // place of its size (and has no content check) is read straight into it instead.
+    void read_sections(checkpoint_reader& r, unsigned use, staged_sections& st, bool in_place = false) const {
         for (const section& s : sections_) {
             if (!(s.use & use)) continue;
             const std::uint64_t bytes = s.size(st);
+            if (in_place && s.place && !s.check && bytes != any_size) {
+                const std::span<char> to = s.place();
+                if (!to.empty() && to.size() == bytes) {
+                    r.section(s.name, to.data(), bytes);
+                    continue;
+                }
+            }
             std::string b;
             if (bytes == any_size) {
                 b = r.blob(s.name);
@@ -242,9 +281,10 @@ private:
             if (s.check) s.check(st);
         }
     }
+    // Writes the staged sections of `use` (those read in place are not staged).
     void apply(unsigned use, const staged_sections& st) const {
         for (const section& s : sections_)
-            if (s.use & use) s.write(st[s.name]);
+            if ((s.use & use) && st.has(s.name)) s.write(st[s.name]);
     }
 
     std::string kind_;
@@ -289,9 +329,9 @@ template <class Derived>
 class replica_hooks {
 public:
     config_record elastic_record() const { return elastic_record_; }
-    std::string transfer_state() const { return replica_.transfer(); }
-    void receive_state(const std::string& blob) {
-        replica_.receive(blob);
+    void send_state(std::ostream& os) const { replica_.send(os); }
+    void receive_state(std::istream& is, checkpoint_trailing trailing = checkpoint_trailing::refuse) {
+        replica_.receive(is, trailing);
         if constexpr (requires(Derived& d) { d.state_received(); }) static_cast<Derived&>(*this).state_received();
     }
     std::uint32_t global_hash() const { return replica_.hash(); }
