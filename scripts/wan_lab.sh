@@ -33,6 +33,15 @@
 #                      build/pyenv, else python3)
 #   --short            the CI mode: 2 workers, sparta then ddp, 12 steps at 50mbit; checks
 #                      that the run finished, the counters moved and the report was written
+#   --join D           instead of the trainer, an elastic join (docs/elastic.md): workers
+#                      0..N-2 start a DiLoCo of D parameters (examples/07_elastic_processes'
+#                      elastic_worker over comm::elastic_group, Gloo on each worker's eth0),
+#                      worker N-1 joins at their next outer step and receives the state
+#                      (8 D bytes) over the shaped links; join.md reports the welcome's
+#                      seconds against the state's bytes over the link's rate, the rate
+#                      measured through the same links in the same run
+#   --build DIR        where elastic_worker and trickle-store are built (default:
+#                      build/host-release, else build/host)
 #   everything after -- goes to train_gpt.py (e.g. -- --d-model 128 --layers 4)
 #
 # Needs root, iproute2 (ip netns, veth, bridge) and tc with the tbf qdisc. netem is not
@@ -45,7 +54,7 @@ set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
 workers=4 rate=10mbit up="" down="" burst="" queue_ms=100 algos="ddp sparta diloco" steps=100
-unshaped=0 out="" py="" short=0 trainer_args=()
+unshaped=0 out="" py="" short=0 trainer_args=() join_dim="" build=""
 die() { echo "wan_lab: $*" >&2; exit 2; }
 while (( $# )); do
     case "$1" in
@@ -61,6 +70,8 @@ while (( $# )); do
         --out) out=${2:?}; shift 2 ;;
         --python) py=${2:?}; shift 2 ;;
         --short) short=1; shift ;;
+        --join) join_dim=${2:?}; shift 2 ;;
+        --build) build=${2:?}; shift 2 ;;
         --) shift; trainer_args=("$@"); break ;;
         -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
         *) die "unknown option '$1' (see --help)" ;;
@@ -69,6 +80,16 @@ done
 if (( short )); then
     workers=2 rate=50mbit algos="sparta ddp" steps=12 up="" down=""
     trainer_args+=(--log-every 6)
+fi
+if [[ -n "$join_dim" ]]; then
+    [[ "$join_dim" =~ ^[0-9]+$ ]] && (( join_dim >= 1 )) || die "--join needs a parameter count >= 1, got '$join_dim'"
+    (( workers >= 2 )) || die "--join needs at least 2 workers (members, then the joiner)"
+    algos=join
+    for b in ${build:+"$build"} "$root/build/host-release" "$root/build/host"; do
+        worker_bin=$b/examples/07_elastic_processes/elastic_worker store_bin=$b/examples/07_elastic_processes/trickle-store
+        [[ -x "$worker_bin" && -x "$store_bin" ]] && break
+    done
+    [[ -x "$worker_bin" && -x "$store_bin" ]] || die "--join needs elastic_worker and trickle-store built (cmake --build --preset host-release --target elastic_worker trickle_store), or --build DIR"
 fi
 [[ "$workers" =~ ^[0-9]+$ ]] && (( workers >= 1 && workers <= 64 )) || die "--workers must be 1 to 64, got '$workers'"
 [[ "$steps" =~ ^[0-9]+$ ]] && (( steps >= 1 )) || die "--steps must be >= 1, got '$steps'"
@@ -96,6 +117,7 @@ strategy_args() {
     done
 }
 for a in $algos; do
+    [[ $a == join && -n "$join_dim" ]] && continue
     strategy_args "$a" > /dev/null || die "unknown strategy '$a' in --algos (ddp, dense, sparta, diloco, sparta-diloco, demo; variants +overlap for sparta, +tauN, +fragN, +carry and +bf16 for diloco, +shared for demo)"
 done
 
@@ -128,7 +150,7 @@ fi
 skip() { echo "wan_lab: skipped: $*"; exit 77; }
 (( EUID == 0 )) || skip "needs root (network namespaces and tc)"
 command -v ip > /dev/null && command -v tc > /dev/null || skip "needs iproute2's ip and tc"
-"$py" -c 'import torch, trickle' 2> /dev/null || skip "$py cannot import torch and trickle (tests/python/run.sh --build-only makes build/pyenv)"
+[[ -n "$join_dim" ]] || "$py" -c 'import torch, trickle' 2> /dev/null || skip "$py cannot import torch and trickle (tests/python/run.sh --build-only makes build/pyenv)"
 
 id=$$
 ns_hub="tlab${id}h"
@@ -207,6 +229,76 @@ echo "wan_lab: $workers workers, up ${ups[*]}, down ${downs[*]}; results in $out
 
 status=0
 port=29500
+# What one TCP stream moves from the first worker to the last through the links as they
+# are shaped now, in bytes per second (3 s of sending): the rate a join is measured against.
+rate_server='
+import socket, sys, time
+srv = socket.socket(); srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+srv.bind(("0.0.0.0", int(sys.argv[1]))); srv.listen(1)
+c, _ = srv.accept(); got = 0; t0 = None
+while True:
+    b = c.recv(1 << 20)
+    if not b: break
+    if t0 is None: t0 = time.time()
+    got += len(b)
+print(f"{got / (time.time() - t0):.0f}")'
+rate_client='
+import socket, sys, time
+s = socket.create_connection((sys.argv[1], int(sys.argv[2])))
+chunk = bytes(1 << 20); t0 = time.time()
+while time.time() - t0 < 3.0: s.sendall(chunk)
+s.close()'
+link_rate() {
+    local lp=$((port + 500)) f=$out/.rate sp
+    ip netns exec "$(ns $((workers - 1)))" python3 -c "$rate_server" "$lp" > "$f" &
+    sp=$!
+    pids+=("$sp")
+    sleep 0.5
+    ip netns exec "$(ns 0)" python3 -c "$rate_client" "10.213.0.$workers" "$lp"
+    wait "$sp"
+    cat "$f"
+    rm -f "$f"
+}
+# --join: members 0..N-2, then worker N-1 joins; the welcome's time against bytes / rate.
+run_join() { # dir
+    local dir=$1 sport="" w=$((workers - 1)) rate
+    rate=$(link_rate)
+    [[ -n "$rate" ]] || { echo "wan_lab: the rate could not be measured" >&2; return 1; }
+    ip netns exec "$(ns 0)" "$store_bin" --port 0 > "$dir/store.log" 2>&1 &
+    pids=($!)
+    for _ in $(seq 200); do
+        sport=$(sed -n 's/.*serving on port \([0-9]*\).*/\1/p' "$dir/store.log" 2> /dev/null)
+        [[ -n "$sport" ]] && break
+        sleep 0.05
+    done
+    [[ -n "$sport" ]] || { echo "wan_lab: the store did not start" >&2; return 1; }
+    local common=(--store "10.213.0.1:$sport" --initial "$w" --steps 8 --interval 4 --dim "$join_dim" --inner tiny
+                  --timeout-ms 600000)
+    local members=()
+    for ((i = 0; i < w; i++)); do
+        ip netns exec "$(ns $i)" "$worker_bin" "${common[@]}" --id $i --hostname "10.213.0.$((i + 1))" --hold-at 2 \
+            > "$dir/worker_$i.log" 2>&1 &
+        members+=($!)
+    done
+    pids+=("${members[@]}")
+    sleep 2
+    ip netns exec "$(ns $w)" "$worker_bin" "${common[@]}" --id $w --hostname "10.213.0.$workers" > "$dir/worker_$w.log" 2>&1
+    local rc=$?
+    for p in "${members[@]}"; do wait "$p" || rc=1; done
+    kill "${pids[0]}" 2> /dev/null; wait "${pids[0]}" 2> /dev/null
+    pids=()
+    local bytes secs built
+    bytes=$(sed -n 's/.*, \([0-9]*\) B of state moved.*/\1/p' "$dir/worker_$w.log")
+    secs=$(sed -n 's/.* B of state moved in \([0-9.]*\) s.*/\1/p' "$dir/worker_$w.log")
+    built=$(sed -n 's/.*constructed in \([0-9.]*\) s.*(joined.*/\1/p' "$dir/worker_$w.log")
+    [[ $rc == 0 && -n "$bytes" && -n "$secs" ]] || return 1
+    python3 - "$rate" "$bytes" "$secs" "$built" "${ups[0]}" "${downs[$w]}" >> "$out/join.md" <<'PY'
+import sys
+rate, b, s, built = float(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
+print(f"| {sys.argv[5]} up / {sys.argv[6]} down | {rate * 8 / 1e6:.0f} Mb/s | {b / 1e6:.0f} MB | {s:.2f} s | "
+      f"{b / rate:.2f} s | **{s / (b / rate):.2f}x** | {built:.2f} s |")
+PY
+}
 run_one() { # strategy, shaped (1/0)
     local algo=$1 shaped=$2 dir
     dir=$out/$algo$( (( shaped )) || echo -unshaped)
@@ -216,6 +308,14 @@ run_one() { # strategy, shaped (1/0)
     port=$((port + 1))
     pids=()
     local t0=$SECONDS
+    if [[ $algo == join ]]; then
+        local rc=0
+        run_join "$dir" || rc=1
+        counters > "$dir/counters_after.json"
+        echo "wan_lab: join ($( (( shaped )) && echo shaped || echo unshaped)): $(( SECONDS - t0 )) s, exit $rc"
+        (( rc == 0 )) || { status=1; tail -5 "$dir"/*.log >&2; }
+        return
+    fi
     for ((i = 0; i < workers; i++)); do
         ip netns exec "$(ns $i)" env RANK=$i WORLD_SIZE=$workers LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 \
             MASTER_ADDR=10.213.0.1 MASTER_PORT=$port GLOO_SOCKET_IFNAME=eth0 OMP_NUM_THREADS=1 PYTHONUNBUFFERED=1 \
@@ -233,11 +333,28 @@ run_one() { # strategy, shaped (1/0)
         tail -5 "$dir"/worker_*.log >&2
     fi
 }
+if [[ -n "$join_dim" ]]; then
+    {
+        echo "# An elastic join over the lab's links: $((workers - 1)) members, one joiner, DiLoCo of $join_dim parameters"
+        echo
+        echo "The welcome: the state's transfer from the donor (worker 0) to the joiner, its checks and the hash"
+        echo "vote (membership_stats::transfer_seconds). The rate: one TCP stream from worker 0 to the joiner"
+        echo "through the same links, measured just before. The joiner's constructor also allocates its state and"
+        echo "waits for the members' next outer step."
+        echo
+        echo "| links | measured rate | state | welcome | bytes / rate | ratio | joiner constructed in |"
+        echo "|---|---|---|---|---|---|---|"
+    } > "$out/join.md"
+fi
 for a in $algos; do
     run_one "$a" 1
     (( unshaped )) && run_one "$a" 0
 done
 shape 0
+if [[ -n "$join_dim" ]]; then
+    cat "$out/join.md"
+    exit $status
+fi
 
 "$py" "$root/scripts/plot_lab.py" "$out" || { echo "wan_lab: the report failed" >&2; status=1; }
 if (( short && status == 0 )); then

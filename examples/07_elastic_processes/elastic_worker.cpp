@@ -42,6 +42,7 @@ struct args {
     int timeout_ms = 3000;
     int liveness_ms = 0;   // elastic_group_options::liveness (0: off)
     std::string job = "trickle"; // elastic_group_options::job (one per shard, for replicas of many ranks)
+    std::string hostname;  // elastic_group_options::hostname: the address Gloo listens on ("": the hostname)
     int shard = 0;         // which shard of the model this rank trains (its data differ per shard)
     std::string algorithm = "diloco";
     std::string fault;     // step:T | allreduce:K | commit:K | transfer | joiner-transfer | corrupt-transfer
@@ -58,6 +59,7 @@ struct args {
                  "elastic_worker: %s\n"
                  "usage: elastic_worker --id I [--store HOST:PORT] [--initial N] [--steps S] [--interval H]\n"
                  "       [--dim D] [--min-workers M] [--timeout-ms T] [--liveness-ms L] [--job NAME] [--shard S]\n"
+                 "       [--hostname ADDR]\n"
                  "       [--algorithm diloco|sparta|sparta_diloco]\n"
                  "       [--fault step:T|allreduce:K|commit:K|transfer|joiner-transfer|corrupt-transfer]\n"
                  "       [--hold-at T] [--seed S] [--inner sgd|tiny] [--step-ms MS] [--renew-every K] [--out FILE]\n",
@@ -96,6 +98,7 @@ args parse(int argc, char** argv) {
         else if (f == "--timeout-ms") a.timeout_ms = to_int(f, v);
         else if (f == "--liveness-ms") a.liveness_ms = to_int(f, v);
         else if (f == "--job") a.job = v;
+        else if (f == "--hostname") a.hostname = v;
         else if (f == "--shard") a.shard = to_int(f, v);
         else if (f == "--algorithm") a.algorithm = v;
         else if (f == "--fault") a.fault = v;
@@ -272,6 +275,7 @@ int main(int argc, char** argv) {
             eo.timeout = std::chrono::milliseconds(a.timeout_ms);
             eo.liveness = std::chrono::milliseconds(a.liveness_ms);
             eo.job = a.job;
+            eo.hostname = a.hostname;
             eo.renew_every = a.renew_every;
             trickle::comm::elastic_group group(store, a.id, eo);
             faulty_group comm(group, attempt == 0 ? f : fault{});

@@ -16,6 +16,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <span>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -199,14 +200,64 @@ TEST_CASE("the replica state: a refused load changes nothing, a rollback restore
     CHECK(values[0] == 50.0f);    // not backed up: a round must not change it before its collectives complete
 
     // A transfer carries the sent sections only.
-    const std::string blob = rs.transfer();
+    std::ostringstream sent_out;
+    rs.send(sent_out);
+    const std::string blob = sent_out.str();
     values = {0.0f, 0.0f, 0.0f};
     counter = 1;
-    rs.receive(blob);
+    std::istringstream in_blob(blob);
+    rs.receive(in_blob);
     CHECK(values == std::vector<float>{50.0f, 2.0f, 3.0f});
     CHECK(counter == 1);
-    std::string torn = blob.substr(0, blob.size() - 3);
-    CHECK_THROWS_AS(rs.receive(torn), invalid_argument);
+    std::istringstream in_torn(blob.substr(0, blob.size() - 3));
+    CHECK_THROWS_AS(rs.receive(in_torn), invalid_argument);
+}
+
+TEST_CASE("replica_state: a section in host memory is saved, sent and hashed where it lies; a transfer lands in it") {
+    std::vector<float> big(1000);
+    for (std::size_t i = 0; i < big.size(); ++i) big[i] = static_cast<float>(i) * 0.5f;
+    const std::vector<float> orig = big;
+    int reads = 0, writes = 0;
+    detail::replica_state plain("probe"), in_place("probe");
+    for (auto* rs : {&plain, &in_place}) {
+        rs->set_config_hash(3);
+        rs->add("big", detail::saved | detail::sent | detail::hashed, big.size() * sizeof(float),
+                [&] {
+                    ++reads;
+                    return detail::bytes_of(big.data(), big.size());
+                },
+                [&](const std::string& b) {
+                    ++writes;
+                    detail::bytes_to(b, big.data(), big.size());
+                });
+    }
+    in_place.in_host_memory([&] { return std::span<float>(big); });
+    // The same bytes and hash as through read(), which it no longer calls.
+    std::ostringstream a, b, t;
+    plain.save(a);
+    const std::uint32_t plain_hash = plain.hash();
+    reads = 0;
+    in_place.save(b);
+    in_place.send(t);
+    CHECK(in_place.hash() == plain_hash);
+    CHECK(reads == 0);
+    CHECK(a.str() == b.str());
+    // A transfer lands in place (no write()); through the plain section it is written once.
+    std::fill(big.begin(), big.end(), 0.0f);
+    std::istringstream in1(t.str());
+    in_place.receive(in1);
+    CHECK(big == orig);
+    CHECK(writes == 0);
+    std::fill(big.begin(), big.end(), 0.0f);
+    std::istringstream in2(t.str());
+    plain.receive(in2);
+    CHECK(big == orig);
+    CHECK(writes == 1);
+    // A damaged transfer is refused by its checksum.
+    std::string damaged = t.str();
+    damaged[damaged.size() / 2] ^= 0x10;
+    std::istringstream in3(damaged);
+    CHECK_THROWS_WITH_AS(in_place.receive(in3), doctest::Contains("checksum"), invalid_argument);
 }
 
 TEST_CASE("a plain DiLoCo over comm::local compiles no membership protocol") {

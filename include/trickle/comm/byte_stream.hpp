@@ -160,9 +160,20 @@ public:
     // The rest of the stream as a string. Collective.
     std::string rest() {
         std::string out;
-        char tmp[1 << 14];
-        for (std::streamsize k; (k = xsgetn(tmp, sizeof tmp)) > 0;) out.append(tmp, static_cast<std::size_t>(k));
-        return out;
+        while (true) {
+            if (gptr() < egptr()) {
+                out.append(gptr(), static_cast<std::size_t>(egptr() - gptr()));
+                setg(nullptr, nullptr, nullptr);
+            }
+            if (direct_left_ != 0) { // a direct part: received at the string's end, grown once
+                const std::size_t at = out.size();
+                out.resize(at + direct_left_);
+                const auto got = static_cast<std::size_t>(xsgetn(out.data() + at, static_cast<std::streamsize>(direct_left_)));
+                out.resize(at + got);
+                continue;
+            }
+            if (!fill()) return out;
+        }
     }
     // The bytes that arrived so far (read or not).
     std::uint64_t bytes() const { return bytes_; }
