@@ -31,12 +31,10 @@
 #pragma once
 
 #include <trickle/algorithm/agreement.hpp>
-#include <trickle/comm/byte_stream.hpp>
 #include <trickle/config.hpp>
 #include <trickle/core/crc32c.hpp>
 #include <trickle/error.hpp>
 
-#include <algorithm>
 #include <cstdint>
 #include <fstream>
 #include <istream>
@@ -121,16 +119,9 @@ public:
     }
 
 private:
-    // In pieces of the byte stream's size (comm/byte_stream.hpp), each written before its
-    // checksum is taken: over a stream to other ranks, the reader checks a piece while the
-    // next one is on its way.
     void put(const void* data, std::uint64_t bytes) {
-        const char* p = static_cast<const char*>(data);
-        for (std::uint64_t o = 0; o < bytes; o += stream_piece_bytes) {
-            const std::uint64_t k = std::min<std::uint64_t>(stream_piece_bytes, bytes - o);
-            os_.write(p + o, static_cast<std::streamsize>(k));
-            crc_ = crc32c(p + o, k, crc_);
-        }
+        crc_ = crc32c(data, bytes, crc_);
+        os_.write(static_cast<const char*>(data), static_cast<std::streamsize>(bytes));
     }
     template <class T>
     void pod(const T& v) {
@@ -211,16 +202,10 @@ public:
     }
 
 private:
-    // In the writer's pieces: a piece read from a byte stream arrives in place and is
-    // checked while the next one is on its way.
     void get(void* out, std::uint64_t bytes, const std::string& where) {
-        char* p = static_cast<char*>(out);
-        for (std::uint64_t o = 0; o < bytes; o += stream_piece_bytes) {
-            const std::uint64_t k = std::min<std::uint64_t>(stream_piece_bytes, bytes - o);
-            is_.read(p + o, static_cast<std::streamsize>(k));
-            if (!is_) throw invalid_argument("checkpoint: truncated in " + where);
-            crc_ = crc32c(p + o, k, crc_);
-        }
+        is_.read(static_cast<char*>(out), static_cast<std::streamsize>(bytes));
+        if (!is_) throw invalid_argument("checkpoint: truncated in " + where);
+        crc_ = crc32c(out, bytes, crc_);
     }
     template <class T>
     T pod(const std::string& where) {
