@@ -86,7 +86,10 @@ if [[ -n "$join_dim" ]]; then
     (( workers >= 2 )) || die "--join needs at least 2 workers (members, then the joiner)"
     algos=join
     for b in ${build:+"$build"} "$root/build/host-release" "$root/build/host"; do
-        worker_bin=$b/examples/07_elastic_processes/elastic_worker store_bin=$b/examples/07_elastic_processes/trickle-store
+        store_bin=$b/examples/07_elastic_processes/trickle-store
+        for worker_bin in "$b"/examples/07_elastic_processes/elastic_worker "$b"/tests/torch/elastic_worker; do
+            [[ -x "$worker_bin" ]] && break
+        done
         [[ -x "$worker_bin" && -x "$store_bin" ]] && break
     done
     [[ -x "$worker_bin" && -x "$store_bin" ]] || die "--join needs elastic_worker and trickle-store built (cmake --build --preset host-release --target elastic_worker trickle_store), or --build DIR"
