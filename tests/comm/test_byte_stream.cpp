@@ -145,6 +145,29 @@ TEST_CASE("byte stream: rest() returns the whole stream, drain() ends it early; 
     }
 }
 
+TEST_CASE("byte stream: a rank that does not receive cannot read; it drains") {
+    std::string seen = "unset";
+    comm::run_local(2, [&](comm::local& c) {
+        const std::vector<char> receives{0, 0};
+        const std::string data = pattern(100000, 6);
+        if (c.rank() == 0) {
+            comm::stream_writer<comm::local> out(c, 0, receives);
+            out.sputn(data.data(), static_cast<std::streamsize>(data.size()));
+            out.finish();
+        } else {
+            comm::stream_reader<comm::local> in(c, 0, receives);
+            CHECK_THROWS_WITH_AS(in.rest(), doctest::Contains("does not receive"), invalid_argument);
+            std::istream is(&in);
+            char b[4] = {};
+            is.read(b, 4);
+            CHECK(is.bad());
+            in.drain();
+            seen = std::to_string(in.bytes());
+        }
+    });
+    CHECK(seen == "100000");
+}
+
 TEST_CASE("byte stream: a root or receiver set that does not fit the communicator is refused") {
     comm::run_local(2, [&](comm::local& c) {
         CHECK_THROWS_AS(comm::stream_writer<comm::local>(c, 2, std::vector<char>{1, 1}), invalid_argument);

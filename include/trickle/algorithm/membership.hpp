@@ -8,9 +8,9 @@
 //   1. renew(): the view of this round (members that failed since are dropped, workers
 //      waiting in join() are admitted).
 //   2. If workers joined, the welcome: every rank's configuration record is gathered; the
-//      donor (the lowest rank that is not a joiner) broadcasts its global state as a
-//      checksummed record stream (algorithm/checkpoint.hpp); each joiner verifies and applies
-//      it; every rank then gathers every rank's hash of its global state. A joiner whose
+//      donor (the lowest rank that is not a joiner) sends its global state to the joiners as
+//      a checksummed record stream (algorithm/checkpoint.hpp over comm/byte_stream.hpp); each
+//      joiner verifies and applies it; every rank then gathers every rank's hash of its global state. A joiner whose
 //      configuration differs (named field by field), whose transfer arrived damaged, or
 //      whose hash differs from the donor's is refused: it leaves and throws; the others renew
 //      without it. A *member* whose hash differs from the donor's means the replicas have
@@ -83,8 +83,9 @@ const comm::trainer_state* carried_trainer_state(const Comm& comm) {
 //   void receive_state(std::istream&)           a joiner reads and applies it (throws
 //                                               trickle::error if refused)
 //   std::uint32_t global_hash() const           a hash of the state every replica shares
-// The state travels as a stream over the communicator's broadcast (comm/byte_stream.hpp):
-// sections that lie in host memory go from the donor's memory straight into the joiner's.
+// The state travels as a byte stream over the communicator (comm/byte_stream.hpp), to the
+// joiners only: sections that lie in host memory go from the donor's memory straight into
+// the joiner's.
 // When the communicator carries a trainer state (comm::trainer_state), its name is a field
 // of each rank's record and the donor's state follows the algorithm's. Returns false when
 // a joiner was refused (the caller renews), true otherwise; a refused joiner leaves and
@@ -127,9 +128,8 @@ bool welcome(Comm& comm, Engine& e, membership_stats& ms, const comm::membership
         if (!msg.empty()) why[static_cast<std::size_t>(r)] = "its configuration differs from the members': " + msg;
     }
     const auto t0 = std::chrono::steady_clock::now();
-    // The state, from the donor; the joiners whose configuration matched read and apply it,
-    // every other rank takes part and keeps nothing.
-    // Only the joiners that may be admitted receive it.
+    // The state, from the donor, to the joiners whose configuration matched: they read and
+    // apply it; every other rank takes part in the stream's collectives and moves none of it.
     std::vector<char> receives(static_cast<std::size_t>(N));
     for (int r = 0; r < N; ++r)
         receives[static_cast<std::size_t>(r)] = joiner[static_cast<std::size_t>(r)] && why[static_cast<std::size_t>(r)].empty();
@@ -159,7 +159,7 @@ bool welcome(Comm& comm, Engine& e, membership_stats& ms, const comm::membership
     }
     // The trainer's state, after it: a first byte 1, the CRC-32C of the bytes (4 bytes, as
     // the checkpoints write theirs) and the bytes, or 0 and why the donor's save() failed
-    // (so that every rank still takes part in the broadcast).
+    // (so that every rank still takes part in the transfer).
     std::string theirs;
     if (donor_carries) {
         std::string out;

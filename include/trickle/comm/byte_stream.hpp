@@ -3,8 +3,8 @@
 //
 // The root writes through an std::ostream over stream_writer; every other rank builds a
 // stream_reader with the same root and the same set of receivers. A receiver reads through
-// an std::istream over it; every rank drains it (drain() takes part in the rest of the
-// stream, keeping nothing). The bytes travel as messages: a header (how many small bytes, how
+// an std::istream over it; every reader ends with drain() (it takes part in the rest of the
+// stream, keeping nothing; a rank that does not receive only drains). The bytes travel as messages: a header (how many small bytes, how
 // many direct bytes, whether it is the last) through the control plane (all_gather_bytes);
 // the small bytes, gathered from the writes shorter than stream_direct_bytes, in one
 // broadcast to every rank; then the direct bytes (one large write) from where they lie in
@@ -159,6 +159,7 @@ public:
     }
     // The rest of the stream as a string. Collective.
     std::string rest() {
+        require_receiver();
         std::string out;
         while (true) {
             if (gptr() < egptr()) {
@@ -180,11 +181,13 @@ public:
 
 protected:
     int_type underflow() override {
+        require_receiver();
         if (gptr() < egptr()) return traits_type::to_int_type(*gptr());
         if (!fill()) return traits_type::eof();
         return traits_type::to_int_type(*gptr());
     }
     std::streamsize xsgetn(char* out, std::streamsize count) override {
+        require_receiver();
         auto n = static_cast<std::size_t>(count);
         std::size_t done = 0;
         while (done < n) {
@@ -209,6 +212,10 @@ protected:
     }
 
 private:
+    void require_receiver() const {
+        if (!receives_[static_cast<std::size_t>(comm_.rank())])
+            throw invalid_argument("comm::stream_reader: this rank does not receive the stream (drain() it)");
+    }
     // Makes the next bytes readable through the get area; false at the end of the stream.
     bool fill() {
         while (true) {
