@@ -558,18 +558,21 @@ TEST_CASE("a joiner takes the donor's trainer state (comm::trainer_state); one t
     std::mutex mu;
     std::map<int, std::string> held;
     std::map<int, int> loads;
+    std::size_t pad = 0;           // bytes added to each member's state (a large one takes the stream's direct path)
+    bool donor_save_fails = false; // worker 0's save() throws
     // `joiner`: the name the joiner carries ("": none); `fail_load`: its load() throws.
     const auto maker = [&](std::string joiner, bool fail_load) {
         return [&, joiner, fail_load](const param_group<float>& g, comm::elastic_local& c, bool join) {
             const int id = c.id();
             {
                 std::lock_guard lock(mu);
-                held[id] = join ? std::string("fresh") : detail::concat("moments of worker ", id);
+                held[id] = join ? std::string("fresh") : detail::concat("moments of worker ", id) + std::string(pad, '.');
             }
             const std::string name = join ? joiner : std::string("optimizer");
             if (!name.empty())
                 c.carry_trainer_state({name,
                                        [&, id] {
+                                           if (donor_save_fails && id == 0) throw std::runtime_error("disk full");
                                            std::lock_guard lock(mu);
                                            return held[id];
                                        },
@@ -598,6 +601,26 @@ TEST_CASE("a joiner takes the donor's trainer state (comm::trainer_state); one t
         }
         // The trainer state's bytes (a flag byte, their CRC-32C and the text) are counted with the state's.
         CHECK(o.membership.at(3).state_bytes == ref.membership.at(3).state_bytes + 5 + held.at(3).size());
+    }
+    SUBCASE("a state of 300 KB (sent from where it lies) arrives whole") {
+        pad = 300000;
+        const outcome o = run_scenario(p, maker("optimizer", false));
+        CHECK(o.errors.empty());
+        CHECK(held.at(3) == detail::concat("moments of worker 0") + std::string(pad, '.'));
+        CHECK(loads[3] == 1);
+        CHECK(o.membership.at(3).state_bytes == ref.membership.at(3).state_bytes + 5 + held.at(3).size());
+    }
+    SUBCASE("the donor's save() fails: the joiner is refused and says why, the members unaffected") {
+        donor_save_fails = true;
+        const outcome o = run_scenario(p, maker("optimizer", false));
+        REQUIRE(o.errors.count(3) == 1);
+        CHECK(o.errors.at(3).find("the donor could not save its trainer state: disk full") != std::string::npos);
+        CHECK(loads[3] == 0);
+        for (int id = 0; id < 3; ++id) {
+            INFO("worker " << id);
+            CHECK(o.membership.at(id).joins_refused == 1);
+            CHECK(o.errors.count(id) == 0);
+        }
     }
     SUBCASE("another name, none, or a load that fails: refused, the members unaffected") {
         // (No structured bindings: INFO's lambda takes name and fail, which clang 14 refuses.)

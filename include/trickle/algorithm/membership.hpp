@@ -52,22 +52,6 @@ TRICKLE_NAMESPACE_BEGIN
 
 namespace detail {
 
-// Sends a byte string from root to the ranks flagged in `receives` (comm/byte_stream.hpp);
-// what the others return is empty.
-template <class Comm>
-std::string send_blob(Comm& comm, std::string blob, int root, const std::vector<char>& receives) {
-    if (comm.rank() == root) {
-        comm::stream_writer<Comm> out(comm, root, receives);
-        out.sputn(blob.data(), static_cast<std::streamsize>(blob.size()));
-        out.finish();
-        return blob;
-    }
-    comm::stream_reader<Comm> in(comm, root, receives);
-    if (receives[static_cast<std::size_t>(comm.rank())]) return in.rest();
-    in.drain();
-    return {};
-}
-
 // The trainer state a communicator carries to joiners (comm::trainer_state), or null.
 template <class Comm>
 const comm::trainer_state* carried_trainer_state(const Comm& comm) {
@@ -160,47 +144,61 @@ bool welcome(Comm& comm, Engine& e, membership_stats& ms, const comm::membership
     // The trainer's state, after it: a first byte 1, the CRC-32C of the bytes (4 bytes, as
     // the checkpoints write theirs) and the bytes, or 0 and why the donor's save() failed
     // (so that every rank still takes part in the transfer).
-    std::string theirs;
     if (donor_carries) {
-        std::string out;
-        // (A communicator without a trainer state cannot be the donor of one: its record says
-        // "none". The test keeps that a fact the compiler sees too; g++ 12 at -O3 otherwise
-        // reports -Warray-bounds in the call below for such communicators.)
-        if (me == donor && trainer == nullptr) {
-            out = std::string(1, '\0') + "the donor carries no trainer state";
-        } else if (me == donor) {
-            try {
-                const std::string saved = trainer->save();
-                const std::uint32_t crc = crc32c(saved);
-                out.reserve(5 + saved.size());
-                out.push_back('\1');
-                out.append(reinterpret_cast<const char*>(&crc), sizeof crc);
-                out += saved;
-            } catch (const std::exception& ex) {
-                out = std::string(1, '\0') + concat("the donor could not save its trainer state: ", ex.what());
-            }
-        }
-        theirs = send_blob(comm, std::move(out), donor, receives);
-        if (me == donor || receives[static_cast<std::size_t>(me)]) ms.state_bytes += theirs.size();
-    }
-    if (i_join && why[static_cast<std::size_t>(me)].empty()) {
-        if (mine_failed.empty() && donor_carries && trainer != nullptr) {
-            std::uint32_t sent = 0;
-            if (theirs.size() >= 5) std::memcpy(&sent, theirs.data() + 1, sizeof sent);
-            if (!theirs.empty() && theirs[0] == '\0') {
-                mine_failed = theirs.substr(1);
-            } else if (theirs.size() < 5 || theirs[0] != '\1') {
-                mine_failed = "the trainer state did not arrive whole";
-            } else if (crc32c(theirs.data() + 5, theirs.size() - 5) != sent) {
-                mine_failed = concat("its trainer state '", trainer->name,
-                                     "' arrived damaged (its CRC-32C does not match the donor's)");
+        if (me == donor) {
+            std::string head, saved;
+            // (A communicator without a trainer state cannot be the donor of one: its record says
+            // "none". The test keeps that a fact the compiler sees too; g++ 12 at -O3 otherwise
+            // reports -Warray-bounds in the call below for such communicators.)
+            if (trainer == nullptr) {
+                head = std::string(1, '\0') + "the donor carries no trainer state";
             } else {
                 try {
-                    trainer->load(theirs.substr(5));
+                    saved = trainer->save();
+                    const std::uint32_t crc = crc32c(saved);
+                    head.push_back('\1');
+                    head.append(reinterpret_cast<const char*>(&crc), sizeof crc);
                 } catch (const std::exception& ex) {
-                    mine_failed = concat("its trainer state '", trainer->name, "' could not be loaded: ", ex.what());
+                    saved.clear();
+                    head = std::string(1, '\0') + concat("the donor could not save its trainer state: ", ex.what());
                 }
             }
+            comm::stream_writer<Comm> out(comm, donor, receives);
+            out.sputn(head.data(), static_cast<std::streamsize>(head.size()));
+            out.sputn(saved.data(), static_cast<std::streamsize>(saved.size())); // sent from where it lies
+            out.finish();
+            ms.state_bytes += out.bytes();
+        } else {
+            comm::stream_reader<Comm> in(comm, donor, receives);
+            if (receives[static_cast<std::size_t>(me)]) {
+                char first = 0;
+                std::uint32_t sent = 0;
+                const bool got = in.sgetn(&first, 1) == 1;
+                if (got && first == '\1' &&
+                    in.sgetn(reinterpret_cast<char*>(&sent), sizeof sent) == static_cast<std::streamsize>(sizeof sent)) {
+                    const std::string bytes = in.rest();
+                    if (mine_failed.empty() && trainer != nullptr) {
+                        if (crc32c(bytes) != sent) {
+                            mine_failed = concat("its trainer state '", trainer->name,
+                                                 "' arrived damaged (its CRC-32C does not match the donor's)");
+                        } else {
+                            try {
+                                trainer->load(bytes);
+                            } catch (const std::exception& ex) {
+                                mine_failed =
+                                    concat("its trainer state '", trainer->name, "' could not be loaded: ", ex.what());
+                            }
+                        }
+                    }
+                } else if (got && first == '\0') {
+                    std::string their_why = in.rest();
+                    if (mine_failed.empty()) mine_failed = std::move(their_why);
+                } else if (mine_failed.empty()) {
+                    mine_failed = "the trainer state did not arrive whole";
+                }
+            }
+            in.drain();
+            if (receives[static_cast<std::size_t>(me)]) ms.state_bytes += in.bytes();
         }
     }
     // Every rank's verdict and hash.
