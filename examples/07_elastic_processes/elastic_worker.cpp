@@ -45,7 +45,8 @@ struct args {
     std::string hostname;  // elastic_group_options::hostname: the address Gloo listens on ("": the hostname)
     int shard = 0;         // which shard of the model this rank trains (its data differ per shard)
     std::string algorithm = "diloco";
-    std::string fault;     // step:T | allreduce:K | commit:K | transfer | joiner-transfer | corrupt-transfer
+    std::string fault;     // step:T | allreduce:K | commit:K | transfer | joiner-transfer | corrupt-transfer |
+                           // transfer-payload | joiner-transfer-payload
     int hold_at = -1;      // before inner step T, wait until a join request is queued
     int seed = 7;          // the configuration (a joiner with another seed is refused)
     bool tiny = false;     // --inner tiny: an O(1) inner step (for timing the protocol on large states)
@@ -61,7 +62,8 @@ struct args {
                  "       [--dim D] [--min-workers M] [--timeout-ms T] [--liveness-ms L] [--job NAME] [--shard S]\n"
                  "       [--hostname ADDR]\n"
                  "       [--algorithm diloco|sparta|sparta_diloco]\n"
-                 "       [--fault step:T|allreduce:K|commit:K|transfer|joiner-transfer|corrupt-transfer]\n"
+                 "       [--fault step:T|allreduce:K|commit:K|transfer|joiner-transfer|corrupt-transfer|\n"
+                 "                transfer-payload|joiner-transfer-payload]\n"
                  "       [--hold-at T] [--seed S] [--inner sgd|tiny] [--step-ms MS] [--renew-every K] [--out FILE]\n",
                  why.c_str());
     std::exit(2);
@@ -133,7 +135,8 @@ struct fault {
         f.kind = s.substr(0, colon);
         if (colon != std::string::npos) f.at = to_int("--fault", s.substr(colon + 1));
         if (f.kind != "step" && f.kind != "allreduce" && f.kind != "commit" && f.kind != "transfer" &&
-            f.kind != "joiner-transfer" && f.kind != "corrupt-transfer")
+            f.kind != "joiner-transfer" && f.kind != "corrupt-transfer" && f.kind != "transfer-payload" &&
+            f.kind != "joiner-transfer-payload")
             usage("unknown --fault '" + s + "'");
         return f;
     }
@@ -166,6 +169,10 @@ public:
     void all_gather(const void* s, void* r, std::size_t b) { c_.all_gather(s, r, b); }
     void all_to_all(const void* s, void* r, std::size_t b) { c_.all_to_all(s, r, b); }
     void send_recv(const float* s, std::size_t n, int dst, float* r, std::size_t m, int src) {
+        // A transfer's large sections travel by send_recv (comm/byte_stream.hpp): the first
+        // piece the donor sends, or the joiner receives.
+        if (armed_ && ((f_.kind == "transfer-payload" && n > 0) || (f_.kind == "joiner-transfer-payload" && m > 0)))
+            die();
         c_.send_recv(s, n, dst, r, m, src);
     }
     void broadcast(float* d, std::size_t n, int root) {
@@ -176,17 +183,17 @@ public:
             reinterpret_cast<unsigned char*>(d)[(n * sizeof(float)) / 2] ^= 0x10;
             f_.kind.clear();
         }
-        if (n > 0) armed_ = false;
+        if (n > 0 && f_.kind.find("payload") == std::string::npos) armed_ = false;
     }
     void barrier() { c_.barrier(); }
     trickle::comm::membership_change renew() {
         auto ch = c_.renew();
-        armed_ = !ch.joined.empty() && f_.kind == "transfer";
+        armed_ = !ch.joined.empty() && (f_.kind == "transfer" || f_.kind == "transfer-payload");
         return ch;
     }
     trickle::comm::membership_change join() {
         auto ch = c_.join();
-        armed_ = f_.kind == "joiner-transfer" || f_.kind == "corrupt-transfer";
+        armed_ = f_.kind == "joiner-transfer" || f_.kind == "corrupt-transfer" || f_.kind == "joiner-transfer-payload";
         return ch;
     }
     void leave() { c_.leave(); }

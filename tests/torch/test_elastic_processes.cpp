@@ -370,6 +370,39 @@ TEST_CASE("elastic_group processes: SIGKILL inside a state transfer, of the dono
             CHECK(o.left == 1);
         }
     }
+    // The same, inside the large sections (a state of 400 KB: the snapshot travels from the
+    // donor's memory by send_recv, comm/byte_stream.hpp), the donor dying at its first piece.
+    {
+        job j("donor_dies_payload");
+        j.set_common({"--initial", "3", "--steps", "60", "--interval", "10", "--timeout-ms", "1500", "--hold-at", "25",
+                      "--dim", "100000"});
+        std::vector<std::string> keys;
+        for (int id = 0; id < 3; ++id)
+            keys.push_back(
+                j.start(id, id == 0 ? std::vector<std::string>{"--fault", "transfer-payload"} : std::vector<std::string>{}));
+        j.wait_holding(1);
+        const std::string joiner = j.start(3, {});
+        CHECK(j.finish(keys[0]).status == -SIGKILL);
+        std::vector<outcome> live{j.finish(keys[1]), j.finish(keys[2]), j.finish(joiner)};
+        check_same(live);
+    }
+    // ... and the joiner dying at the first piece it receives.
+    {
+        job j("joiner_dies_payload");
+        j.set_common({"--initial", "3", "--steps", "60", "--interval", "10", "--timeout-ms", "1500", "--hold-at", "25",
+                      "--dim", "100000"});
+        std::vector<std::string> keys;
+        for (int id = 0; id < 3; ++id) keys.push_back(j.start(id, {}));
+        j.wait_holding(0);
+        const std::string joiner = j.start(3, {"--fault", "joiner-transfer-payload"});
+        CHECK(j.finish(joiner).status == -SIGKILL);
+        std::vector<outcome> live{j.finish(keys[0]), j.finish(keys[1]), j.finish(keys[2])};
+        check_same(live);
+        for (const auto& o : live) {
+            CHECK(o.joined == 1);
+            CHECK(o.left == 1);
+        }
+    }
 }
 
 TEST_CASE("elastic_group processes: 2 replicas of 2 shards; a whole replica dies and comes back") {
