@@ -44,7 +44,7 @@ constexpr int dim = 64;
 
 struct outcome {
     int status = -1;         // exit code, or -signal
-    std::vector<float> params; // dim + 1 floats
+    std::vector<float> params; // --dim + 1 floats
     std::uint64_t epoch = 0, joined = 0, left = 0, retried = 0;
     std::string log;
 };
@@ -142,11 +142,14 @@ private:
         o.status = WIFEXITED(st) ? WEXITSTATUS(st) : -WTERMSIG(st);
         o.log = read(dir_ + "/log_" + key);
         const std::string bytes = read(dir_ + "/out_" + key);
-        if (bytes.size() == (dim + 1) * sizeof(float) + 4 * sizeof(std::uint64_t)) {
-            o.params.resize(dim + 1);
-            std::memcpy(o.params.data(), bytes.data(), (dim + 1) * sizeof(float));
+        // The parameters (--dim + 1 floats), then 4 counters.
+        constexpr std::size_t tail = 4 * sizeof(std::uint64_t);
+        if (bytes.size() > tail && (bytes.size() - tail) % sizeof(float) == 0) {
+            const std::size_t n = (bytes.size() - tail) / sizeof(float);
+            o.params.resize(n);
+            std::memcpy(o.params.data(), bytes.data(), n * sizeof(float));
             std::uint64_t c[4];
-            std::memcpy(c, bytes.data() + (dim + 1) * sizeof(float), sizeof c);
+            std::memcpy(c, bytes.data() + n * sizeof(float), sizeof c);
             o.epoch = c[0];
             o.joined = c[1];
             o.left = c[2];
@@ -181,13 +184,14 @@ private:
     std::vector<std::string> common_;
 };
 
-void check_same(const std::vector<outcome>& live) {
+// `d`: the workers' --dim.
+void check_same(const std::vector<outcome>& live, std::size_t d = dim) {
     REQUIRE(!live.empty());
     for (std::size_t i = 0; i < live.size(); ++i) {
         INFO("worker ", i, ": ", live[i].log);
         REQUIRE(live[i].status == 0);
-        REQUIRE(live[i].params.size() == dim + 1);
-        CHECK(std::memcmp(live[i].params.data(), live[0].params.data(), (dim + 1) * sizeof(float)) == 0);
+        REQUIRE(live[i].params.size() == d + 1);
+        CHECK(std::memcmp(live[i].params.data(), live[0].params.data(), (d + 1) * sizeof(float)) == 0);
     }
 }
 
@@ -384,7 +388,7 @@ TEST_CASE("elastic_group processes: SIGKILL inside a state transfer, of the dono
         const std::string joiner = j.start(3, {});
         CHECK(j.finish(keys[0]).status == -SIGKILL);
         std::vector<outcome> live{j.finish(keys[1]), j.finish(keys[2]), j.finish(joiner)};
-        check_same(live);
+        check_same(live, 100000);
     }
     // ... and the joiner dying at the first piece it receives.
     {
@@ -397,7 +401,7 @@ TEST_CASE("elastic_group processes: SIGKILL inside a state transfer, of the dono
         const std::string joiner = j.start(3, {"--fault", "joiner-transfer-payload"});
         CHECK(j.finish(joiner).status == -SIGKILL);
         std::vector<outcome> live{j.finish(keys[0]), j.finish(keys[1]), j.finish(keys[2])};
-        check_same(live);
+        check_same(live, 100000);
         for (const auto& o : live) {
             CHECK(o.joined == 1);
             CHECK(o.left == 1);
