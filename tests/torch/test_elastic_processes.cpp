@@ -344,69 +344,48 @@ TEST_CASE("elastic_group processes: renew_every 8 — a kill inside an exchange,
 }
 
 TEST_CASE("elastic_group processes: SIGKILL inside a state transfer, of the donor and of the joiner") {
-    // The donor (worker 0, the lowest member) dies while sending the state: the joiner
-    // loses its admission and joins again; the two other members carry on.
-    {
-        job j("donor_dies");
-        j.set_common({"--initial", "3", "--steps", "60", "--interval", "10", "--timeout-ms", "1500", "--hold-at", "25"});
+    // Three members of --dim d; a fourth worker joins at their outer step after step 25.
+    const auto common = [](job& j, int d) {
+        j.set_common({"--initial", "3", "--steps", "60", "--interval", "10", "--timeout-ms", "1500", "--hold-at", "25",
+                      "--dim", std::to_string(d)});
+    };
+    // The donor (worker 0, the lowest member) dies while sending the state (`fault`): the
+    // joiner loses its admission and joins again; the two other members carry on.
+    const auto donor_dies = [&](const std::string& name, const std::string& fault, int d) {
+        job j(name);
+        common(j, d);
         std::vector<std::string> keys;
         for (int id = 0; id < 3; ++id)
-            keys.push_back(j.start(id, id == 0 ? std::vector<std::string>{"--fault", "transfer"} : std::vector<std::string>{}));
+            keys.push_back(j.start(id, id == 0 ? std::vector<std::string>{"--fault", fault} : std::vector<std::string>{}));
         j.wait_holding(1);
         const std::string joiner = j.start(3, {});
         CHECK(j.finish(keys[0]).status == -SIGKILL);
         std::vector<outcome> live{j.finish(keys[1]), j.finish(keys[2]), j.finish(joiner)};
-        check_same(live);
-    }
-    // The joiner dies while receiving it: the members drop it and carry on.
-    {
-        job j("joiner_dies");
-        j.set_common({"--initial", "3", "--steps", "60", "--interval", "10", "--timeout-ms", "1500", "--hold-at", "25"});
+        check_same(live, static_cast<std::size_t>(d));
+    };
+    // The joiner dies while receiving it (`fault`): the members drop it and carry on.
+    const auto joiner_dies = [&](const std::string& name, const std::string& fault, int d) {
+        job j(name);
+        common(j, d);
         std::vector<std::string> keys;
         for (int id = 0; id < 3; ++id) keys.push_back(j.start(id, {}));
         j.wait_holding(0);
-        const std::string joiner = j.start(3, {"--fault", "joiner-transfer"});
+        const std::string joiner = j.start(3, {"--fault", fault});
         CHECK(j.finish(joiner).status == -SIGKILL);
         std::vector<outcome> live{j.finish(keys[0]), j.finish(keys[1]), j.finish(keys[2])};
-        check_same(live);
+        check_same(live, static_cast<std::size_t>(d));
         for (const auto& o : live) {
             CHECK(o.joined == 1);
             CHECK(o.left == 1);
         }
-    }
-    // The same, inside the large sections (a state of 400 KB: the snapshot travels from the
-    // donor's memory by send_recv, comm/byte_stream.hpp), the donor dying at its first piece.
-    {
-        job j("donor_dies_payload");
-        j.set_common({"--initial", "3", "--steps", "60", "--interval", "10", "--timeout-ms", "1500", "--hold-at", "25",
-                      "--dim", "100000"});
-        std::vector<std::string> keys;
-        for (int id = 0; id < 3; ++id)
-            keys.push_back(
-                j.start(id, id == 0 ? std::vector<std::string>{"--fault", "transfer-payload"} : std::vector<std::string>{}));
-        j.wait_holding(1);
-        const std::string joiner = j.start(3, {});
-        CHECK(j.finish(keys[0]).status == -SIGKILL);
-        std::vector<outcome> live{j.finish(keys[1]), j.finish(keys[2]), j.finish(joiner)};
-        check_same(live, 100000);
-    }
-    // ... and the joiner dying at the first piece it receives.
-    {
-        job j("joiner_dies_payload");
-        j.set_common({"--initial", "3", "--steps", "60", "--interval", "10", "--timeout-ms", "1500", "--hold-at", "25",
-                      "--dim", "100000"});
-        std::vector<std::string> keys;
-        for (int id = 0; id < 3; ++id) keys.push_back(j.start(id, {}));
-        j.wait_holding(0);
-        const std::string joiner = j.start(3, {"--fault", "joiner-transfer-payload"});
-        CHECK(j.finish(joiner).status == -SIGKILL);
-        std::vector<outcome> live{j.finish(keys[0]), j.finish(keys[1]), j.finish(keys[2])};
-        check_same(live, 100000);
-        for (const auto& o : live) {
-            CHECK(o.joined == 1);
-            CHECK(o.left == 1);
-        }
-    }
+    };
+    // A small state: at the transfer's first bytes.
+    donor_dies("donor_dies", "transfer", dim);
+    joiner_dies("joiner_dies", "joiner-transfer", dim);
+    // A state of 400 KB, inside its large sections (the snapshot travels from the donor's
+    // memory by send_recv, comm/byte_stream.hpp): at the first piece sent or received.
+    donor_dies("donor_dies_payload", "transfer-payload", 100000);
+    joiner_dies("joiner_dies_payload", "joiner-transfer-payload", 100000);
 }
 
 TEST_CASE("elastic_group processes: 2 replicas of 2 shards; a whole replica dies and comes back") {
