@@ -26,6 +26,7 @@
 #pragma once
 
 #include <trickle/algorithm/agreement.hpp>
+#include <trickle/algorithm/checkpoint.hpp>
 #include <trickle/algorithm/stats.hpp>
 #include <trickle/comm/byte_stream.hpp>
 #include <trickle/comm/communicator.hpp>
@@ -64,7 +65,8 @@ const comm::trainer_state* carried_trainer_state(const Comm& comm) {
 // The welcome of step 2 above. Engine provides:
 //   config_record elastic_record() const        its configuration (the same on every worker)
 //   void send_state(std::ostream&) const        writes the donor's global state, checksummed
-//   void receive_state(std::istream&)           a joiner reads and applies it (throws
+//   void receive_state(std::istream&, checkpoint_trailing)
+//                                               a joiner reads and applies it (throws
 //                                               trickle::error if refused)
 //   std::uint32_t global_hash() const           a hash of the state every replica shares
 // The state travels as a byte stream over the communicator (comm/byte_stream.hpp), to the
@@ -114,6 +116,9 @@ bool welcome(Comm& comm, Engine& e, membership_stats& ms, const comm::membership
     const auto t0 = std::chrono::steady_clock::now();
     // The state, from the donor, to the joiners whose configuration matched: they read and
     // apply it; every other rank takes part in the stream's collectives and moves none of it.
+    // The trainer's state follows it in the same stream: a first byte 1, the CRC-32C of the
+    // bytes (4 bytes, as the checkpoints write theirs) and the bytes, or 0 and why the donor's
+    // save() failed.
     std::vector<char> receives(static_cast<std::size_t>(N));
     for (int r = 0; r < N; ++r)
         receives[static_cast<std::size_t>(r)] = joiner[static_cast<std::size_t>(r)] && why[static_cast<std::size_t>(r)].empty();
@@ -123,29 +128,7 @@ bool welcome(Comm& comm, Engine& e, membership_stats& ms, const comm::membership
         std::ostream os(&out);
         os.exceptions(std::ios::badbit); // a communicator's error leaves as itself
         e.send_state(os);
-        out.finish();
-        ms.state_bytes += out.bytes();
-    } else {
-        comm::stream_reader<Comm> in(comm, donor, receives);
-        if (receives[static_cast<std::size_t>(me)]) {
-            std::istream is(&in);
-            is.exceptions(std::ios::badbit);
-            try {
-                e.receive_state(is); // (the hash below reads the applied state)
-            } catch (const comm_error&) {
-                throw;
-            } catch (const error& ex) {
-                mine_failed = ex.what();
-            }
-        }
-        in.drain();
-        if (receives[static_cast<std::size_t>(me)]) ms.state_bytes += in.bytes();
-    }
-    // The trainer's state, after it: a first byte 1, the CRC-32C of the bytes (4 bytes, as
-    // the checkpoints write theirs) and the bytes, or 0 and why the donor's save() failed
-    // (so that every rank still takes part in the transfer).
-    if (donor_carries) {
-        if (me == donor) {
+        if (donor_carries) {
             std::string head, saved;
             // (A communicator without a trainer state cannot be the donor of one: its record says
             // "none". The test keeps that a fact the compiler sees too; g++ 12 at -O3 otherwise
@@ -163,43 +146,50 @@ bool welcome(Comm& comm, Engine& e, membership_stats& ms, const comm::membership
                     head = std::string(1, '\0') + concat("the donor could not save its trainer state: ", ex.what());
                 }
             }
-            comm::stream_writer<Comm> out(comm, donor, receives);
-            out.sputn(head.data(), static_cast<std::streamsize>(head.size()));
-            out.sputn(saved.data(), static_cast<std::streamsize>(saved.size())); // sent from where it lies
-            out.finish();
-            ms.state_bytes += out.bytes();
-        } else {
-            comm::stream_reader<Comm> in(comm, donor, receives);
-            if (receives[static_cast<std::size_t>(me)]) {
+            os.write(head.data(), static_cast<std::streamsize>(head.size()));
+            os.write(saved.data(), static_cast<std::streamsize>(saved.size())); // sent from where it lies
+        }
+        out.finish();
+        ms.state_bytes += out.bytes();
+    } else {
+        comm::stream_reader<Comm> in(comm, donor, receives);
+        if (receives[static_cast<std::size_t>(me)]) {
+            std::istream is(&in);
+            is.exceptions(std::ios::badbit);
+            try {
+                // (the hash below reads the applied state)
+                e.receive_state(is, donor_carries ? checkpoint_trailing::leave : checkpoint_trailing::refuse);
+            } catch (const comm_error&) {
+                throw;
+            } catch (const error& ex) {
+                mine_failed = ex.what();
+            }
+            if (mine_failed.empty() && donor_carries && trainer != nullptr) {
                 char first = 0;
                 std::uint32_t sent = 0;
                 const bool got = in.sgetn(&first, 1) == 1;
                 if (got && first == '\1' &&
                     in.sgetn(reinterpret_cast<char*>(&sent), sizeof sent) == static_cast<std::streamsize>(sizeof sent)) {
                     const std::string bytes = in.rest();
-                    if (mine_failed.empty() && trainer != nullptr) {
-                        if (crc32c(bytes) != sent) {
-                            mine_failed = concat("its trainer state '", trainer->name,
-                                                 "' arrived damaged (its CRC-32C does not match the donor's)");
-                        } else {
-                            try {
-                                trainer->load(bytes);
-                            } catch (const std::exception& ex) {
-                                mine_failed =
-                                    concat("its trainer state '", trainer->name, "' could not be loaded: ", ex.what());
-                            }
+                    if (crc32c(bytes) != sent) {
+                        mine_failed = concat("its trainer state '", trainer->name,
+                                             "' arrived damaged (its CRC-32C does not match the donor's)");
+                    } else {
+                        try {
+                            trainer->load(bytes);
+                        } catch (const std::exception& ex) {
+                            mine_failed = concat("its trainer state '", trainer->name, "' could not be loaded: ", ex.what());
                         }
                     }
                 } else if (got && first == '\0') {
-                    std::string their_why = in.rest();
-                    if (mine_failed.empty()) mine_failed = std::move(their_why);
-                } else if (mine_failed.empty()) {
+                    mine_failed = in.rest();
+                } else {
                     mine_failed = "the trainer state did not arrive whole";
                 }
             }
-            in.drain();
-            if (receives[static_cast<std::size_t>(me)]) ms.state_bytes += in.bytes();
         }
+        in.drain();
+        if (receives[static_cast<std::size_t>(me)]) ms.state_bytes += in.bytes();
     }
     // Every rank's verdict and hash.
     const std::uint64_t verdict[2] = {mine_failed.empty() ? 1u : 0u,

@@ -245,7 +245,6 @@ private:
         small_.assign(detail::floats_for(small_size_) * sizeof(float), '\0');
         if (!small_.empty())
             comm_.broadcast(reinterpret_cast<float*>(small_.data()), small_.size() / sizeof(float), root_);
-        if (small_size_ == 0) small_.clear();
         bytes_ += m.small + m.direct;
         direct_left_ = static_cast<std::size_t>(m.direct);
         ended_ = m.last != 0;

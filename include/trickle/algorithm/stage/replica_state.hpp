@@ -65,6 +65,13 @@ public:
             if (item.first == name) return true;
         return false;
     }
+    // A section read straight into its host memory (replica_state::receive), not staged.
+    void mark_placed(std::string name) { placed_.push_back(std::move(name)); }
+    bool was_placed(const std::string& name) const {
+        for (const auto& n : placed_)
+            if (n == name) return true;
+        return false;
+    }
     // A section's bytes as an array of trivially copyable values (its size was checked).
     template <class V>
     std::vector<V> values(const std::string& name) const {
@@ -83,6 +90,7 @@ public:
 
 private:
     std::vector<std::pair<std::string, std::string>> items_;
+    std::vector<std::string> placed_;
 };
 
 // Bytes of a trivially copyable value or array, as a section's content.
@@ -112,14 +120,11 @@ public:
         std::function<std::uint64_t(const staged_sections&)> size;  // the bytes it must hold, given the sections
                                                                     // read before it (any_size: a blob)
         std::function<void(const staged_sections&)> check = {};     // throws invalid_argument for bad content
-        // Optional, for a large section held in host memory: its bytes where they lie (what
-        // read() would copy), or an empty span where they are not readable from the host.
-        // Saves, transfers and hashes read it instead of a copy.
-        std::function<std::span<const char>()> view = {};
-        // Optional: host memory where write() would store exactly these bytes and do nothing
-        // else (no conversion, no mirror elsewhere), or an empty span. A transfer is received
-        // straight into it (see receive()).
-        std::function<std::span<char>()> place = {};
+        // Optional, for a large section held in host memory (in_host_memory): its bytes where
+        // they lie, which read() copies out and write() copies in with nothing else to do, or
+        // an empty span. Saves, transfers and hashes read them there instead of a copy, and a
+        // transfer is received straight into them (see receive()).
+        std::function<std::span<char>()> host = {};
     };
 
     // `kind`: the checkpoint's kind ("sparta", "diloco", ...); the transfer's is kind + "-transfer".
@@ -141,12 +146,7 @@ public:
     // saves, transfers and hashes read it where it lies, and a transfer lands there.
     template <class Values>
     replica_state& in_host_memory(Values values) {
-        section& s = sections_.back();
-        s.view = [values] {
-            const auto v = values();
-            return std::span<const char>(reinterpret_cast<const char*>(v.data()), v.size_bytes());
-        };
-        s.place = [values] {
+        sections_.back().host = [values] {
             const auto v = values();
             return std::span<char>(reinterpret_cast<char*>(v.data()), v.size_bytes());
         };
@@ -237,10 +237,10 @@ public:
     }
 
 private:
-    // A section's bytes: its view, or its read() kept in `copy`.
+    // A section's bytes: where they lie in host memory, or its read() kept in `copy`.
     static std::span<const char> bytes(const section& s, std::string& copy) {
-        if (s.view) {
-            const std::span<const char> v = s.view();
+        if (s.host) {
+            const std::span<const char> v = s.host();
             if (!v.empty()) return v;
         }
         copy = s.read();
@@ -257,16 +257,17 @@ private:
             }
         w.finish();
     }
-    // Reads the sections of `use` into st, in order; with in_place, a section that offers a
-    // place of its size (and has no content check) is read straight into it instead.
+    // Reads the sections of `use` into st, in order; with in_place, a section in host memory
+    // of that size (without a content check) is read straight into it and marked placed.
     void read_sections(checkpoint_reader& r, unsigned use, staged_sections& st, bool in_place = false) const {
         for (const section& s : sections_) {
             if (!(s.use & use)) continue;
             const std::uint64_t bytes = s.size(st);
-            if (in_place && s.place && !s.check && bytes != any_size) {
-                const std::span<char> to = s.place();
+            if (in_place && s.host && !s.check && bytes != any_size) {
+                const std::span<char> to = s.host();
                 if (!to.empty() && to.size() == bytes) {
                     r.section(s.name, to.data(), bytes);
+                    st.mark_placed(s.name);
                     continue;
                 }
             }
@@ -281,10 +282,10 @@ private:
             if (s.check) s.check(st);
         }
     }
-    // Writes the staged sections of `use` (those read in place are not staged).
+    // Writes the staged sections of `use` (those read in place are there already).
     void apply(unsigned use, const staged_sections& st) const {
         for (const section& s : sections_)
-            if ((s.use & use) && st.has(s.name)) s.write(st[s.name]);
+            if ((s.use & use) && !st.was_placed(s.name)) s.write(st[s.name]);
     }
 
     std::string kind_;
