@@ -4,19 +4,23 @@
 # SIGKILL inside an outer all-reduce, against the timeout; how long a joiner takes to
 # receive a DiLoCo state of 100M parameters over loopback, against the state's bytes
 # divided by the loopback bandwidth measured in the same run; and what a renewal plus a
-# commit vote cost per round when nothing changes.
-#   scripts/elastic_measure.sh [BUILD_DIR=build/host] [PARTS=failure,round,join]
+# commit vote cost per round when nothing changes; and how long the workers lose to a store
+# killed and started again on its port (store_recovery).
+#   scripts/elastic_measure.sh [BUILD_DIR=build/host] [PARTS=failure,round,join,store]
 #   (needs the elastic_worker example built; PARTS picks the experiments, comma-separated)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=${1:-build/host}
-parts=${2:-failure,round,join}
+parts=${2:-failure,round,join,store}
 want() { [[ ",$parts," == *",$1,"* ]]; }
 worker=
 for w in "$dir"/examples/07_elastic_processes/elastic_worker "$dir"/tests/torch/elastic_worker; do
     [ -x "$w" ] && { worker=$w; break; }
 done
-store="$dir"/examples/07_elastic_processes/trickle-store
+store=
+for s in "$dir"/examples/07_elastic_processes/trickle-store "$dir"/tests/torch/trickle-store; do
+    [ -x "$s" ] && { store=$s; break; }
+done
 [ -x "$worker" ] && [ -x "$store" ] || { echo "elastic_measure: build elastic_worker and trickle_store in $dir first" >&2; exit 2; }
 tmp=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$tmp"' EXIT
@@ -130,4 +134,55 @@ print(f'loopback bandwidth (one TCP stream, measured now): {bw/1e9:.2f} GB/s')
 print(f'state moved: {b/1e6:.0f} MB in {m:.2f} s (the welcome: transfer, checks, hash vote), {m/(b/bw):.1f}x bytes / bandwidth ({b/bw:.2f} s)')
 print(f'joiner constructed (its own buffers, admission at the members\' next round, the welcome, that round) in {s:.2f} s')"
 cat "$tmp"/j*.log | grep -v "^$" | sed 's/^/    /'
+fi
+
+if want store; then
+echo "## The store killed and started again on its port (store_recovery), 4 workers, H = 10, 150 steps of 4 ms"
+echo "## time lost: each worker's 'in all' against a run whose store never failed; outage: from the kill to"
+echo "## the new store's first line (the outage chosen, plus the store process's own start)"
+echo
+echo "| algorithm | outage chosen (ms) | outage measured (s) | time lost per worker (s), min / max | beyond the outage (s) | recoveries | rounds |"
+echo "|---|---|---|---|---|---|---|"
+for alg in diloco sparta; do
+    for D in 0 500 2000; do
+        runs=(quiet restart)
+        for r in "${runs[@]}"; do
+            serve
+            for i in 0 1 2 3; do
+                "$worker" --store 127.0.0.1:$port --id $i --initial 4 --steps 150 --interval 10 --step-ms 4 \
+                    --timeout-ms 5000 --store-recovery-ms 30000 --algorithm $alg > "$tmp/r_${r}_$i.log" 2>&1 &
+            done
+            outage=0
+            if [ "$r" = restart ]; then
+                until grep -q "constructed in" "$tmp"/r_restart_3.log 2>/dev/null; do sleep 0.01; done
+                sleep 0.3
+                t0=$(date +%s.%N)
+                kill -9 "$store_pid"; wait "$store_pid" 2>/dev/null || true
+                python3 -c "import time; time.sleep($D / 1000)"
+                "$store" --port "$port" > "$tmp/store.log" 2>&1 &
+                store_pid=$!
+                until grep -q "serving on port" "$tmp/store.log" 2>/dev/null; do sleep 0.005; done
+                outage=$(python3 -c "import time; print(f'{time.time() - $t0:.3f}')")
+            fi
+            wait $(jobs -p | grep -v "^$store_pid\$") 2>/dev/null || true
+        done
+        python3 - "$tmp" "$alg" "$D" "$outage" <<'PY'
+import re, sys
+tmp, alg, d, outage = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
+def read(r, i):
+    t = open(f"{tmp}/r_{r}_{i}.log").read()
+    m = re.search(r" ([0-9.]+) s in all, ([0-9]+) rounds, ([0-9]+) store recoveries", t)
+    if not m: sys.exit(f"elastic_measure: worker {i} ({r}) failed:\n{t}")
+    return float(m[1]), int(m[2]), int(m[3])
+lost, rec, rounds = [], set(), set()
+for i in range(4):
+    q, rq, _ = read("quiet", i)
+    s, rs, k = read("restart", i)
+    lost.append(s - q); rec.add(k); rounds.add(f"{rs} of {rq}")
+print(f"| {alg} | {d} | {outage:.3f} | {min(lost):.3f} / {max(lost):.3f} | {max(lost) - outage:.3f} | "
+      f"{'/'.join(map(str, sorted(rec)))} | {'/'.join(sorted(rounds))} |")
+PY
+    done
+done
+echo
 fi

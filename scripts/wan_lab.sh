@@ -86,7 +86,9 @@ if [[ -n "$join_dim" ]]; then
     (( workers >= 2 )) || die "--join needs at least 2 workers (members, then the joiner)"
     algos=join
     for b in ${build:+"$build"} "$root/build/host-release" "$root/build/host"; do
-        store_bin=$b/examples/07_elastic_processes/trickle-store
+        for store_bin in "$b"/examples/07_elastic_processes/trickle-store "$b"/tests/torch/trickle-store; do
+            [[ -x "$store_bin" ]] && break
+        done
         for worker_bin in "$b"/examples/07_elastic_processes/elastic_worker "$b"/tests/torch/elastic_worker; do
             [[ -x "$worker_bin" ]] && break
         done

@@ -41,6 +41,7 @@ struct args {
     int id = -1, initial = 4, steps = 120, interval = 10, dim = 64, min_workers = 1;
     int timeout_ms = 3000;
     int liveness_ms = 0;   // elastic_group_options::liveness (0: off)
+    int store_recovery_ms = 0; // elastic_group_options::store_recovery (0: off)
     std::string job = "trickle"; // elastic_group_options::job (one per shard, for replicas of many ranks)
     std::string hostname;  // elastic_group_options::hostname: the address Gloo listens on ("": the hostname)
     int shard = 0;         // which shard of the model this rank trains (its data differ per shard)
@@ -60,7 +61,7 @@ struct args {
                  "elastic_worker: %s\n"
                  "usage: elastic_worker --id I [--store HOST:PORT] [--initial N] [--steps S] [--interval H]\n"
                  "       [--dim D] [--min-workers M] [--timeout-ms T] [--liveness-ms L] [--job NAME] [--shard S]\n"
-                 "       [--hostname ADDR]\n"
+                 "       [--hostname ADDR] [--store-recovery-ms R]\n"
                  "       [--algorithm diloco|sparta|sparta_diloco]\n"
                  "       [--fault step:T|allreduce:K|commit:K|transfer|joiner-transfer|corrupt-transfer|\n"
                  "                transfer-payload|joiner-transfer-payload]\n"
@@ -99,6 +100,7 @@ args parse(int argc, char** argv) {
         else if (f == "--min-workers") a.min_workers = to_int(f, v);
         else if (f == "--timeout-ms") a.timeout_ms = to_int(f, v);
         else if (f == "--liveness-ms") a.liveness_ms = to_int(f, v);
+        else if (f == "--store-recovery-ms") a.store_recovery_ms = to_int(f, v);
         else if (f == "--job") a.job = v;
         else if (f == "--hostname") a.hostname = v;
         else if (f == "--shard") a.shard = to_int(f, v);
@@ -272,7 +274,7 @@ int main(int argc, char** argv) {
         auto store = trickle::comm::connect_store(a.host, a.port, std::chrono::milliseconds(a.timeout_ms));
         std::vector<float> w(static_cast<std::size_t>(a.dim), 0.0f), b(1, 0.0f);
         trickle::membership_stats ms;
-        std::uint64_t rounds = 0;
+        std::uint64_t rounds = 0, recoveries = 0;
         const auto t0 = std::chrono::steady_clock::now();
         // A joiner whose admission is lost (its donor died during the transfer) joins again
         // through a new handle.
@@ -284,6 +286,7 @@ int main(int argc, char** argv) {
             eo.job = a.job;
             eo.hostname = a.hostname;
             eo.renew_every = a.renew_every;
+            eo.store_recovery = std::chrono::milliseconds(a.store_recovery_ms);
             trickle::comm::elastic_group group(store, a.id, eo);
             faulty_group comm(group, attempt == 0 ? f : fault{});
             trickle::param_group<float> params;
@@ -297,6 +300,7 @@ int main(int argc, char** argv) {
                 construct_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
                 ms = train(alg, comm, group, *store, a, w, b);
                 rounds = alg.stats().exchanges;
+                recoveries = group.store_recoveries();
             };
             trickle::sparta_options so{.fraction = 0.25, .seed = static_cast<std::uint64_t>(a.seed)};
             trickle::diloco_options dop{.interval = static_cast<std::uint64_t>(a.interval),
@@ -320,12 +324,12 @@ int main(int argc, char** argv) {
         }
         const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         std::printf("worker %d: epoch %llu, %d workers, %llu changes (%llu joined, %llu left), %llu rounds retried, "
-                    "%llu B of state moved in %.3f s, %.3f s waiting, %.3f s in all, %llu rounds\n",
+                    "%llu B of state moved in %.3f s, %.3f s waiting, %.3f s in all, %llu rounds, %llu store recoveries\n",
                     a.id, static_cast<unsigned long long>(ms.epoch), ms.workers,
                     static_cast<unsigned long long>(ms.changes), static_cast<unsigned long long>(ms.joined),
                     static_cast<unsigned long long>(ms.left), static_cast<unsigned long long>(ms.rounds_retried),
                     static_cast<unsigned long long>(ms.state_bytes), ms.transfer_seconds, ms.wait_seconds, seconds,
-                    static_cast<unsigned long long>(rounds));
+                    static_cast<unsigned long long>(rounds), static_cast<unsigned long long>(recoveries));
         if (!a.out.empty()) {
             std::ofstream out(a.out, std::ios::binary);
             out.write(reinterpret_cast<const char*>(w.data()), static_cast<std::streamsize>(w.size() * sizeof(float)));

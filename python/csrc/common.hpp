@@ -746,7 +746,8 @@ std::unique_ptr<bound_algorithm> make_diloco(process_group_ptr pg, const named_t
 std::unique_ptr<bound_algorithm> make_elastic(const std::string& kind, store_ptr store, int id, int initial,
                                               std::int64_t timeout_ms, std::int64_t liveness_ms, const std::string& job,
                                               std::int64_t start_timeout_ms, std::int64_t join_timeout_ms,
-                                              const std::string& hostname, int renew_every, const std::string& carry_name,
+                                              const std::string& hostname, int renew_every, std::int64_t store_recovery_ms,
+                                              const std::string& carry_name,
                                               py::object carry_save, py::object carry_load,
                                               const named_tensors& params, const py::dict& opts);
 // Their engines over the elastic group, each in its own file so that they compile in

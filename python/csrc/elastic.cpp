@@ -45,7 +45,8 @@ trickle::comm::trainer_state carried_state(const std::string& name, py::object s
 std::unique_ptr<bound_algorithm> make_elastic(const std::string& kind, store_ptr store, int id, int initial,
                                               std::int64_t timeout_ms, std::int64_t liveness_ms, const std::string& job,
                                               std::int64_t start_timeout_ms, std::int64_t join_timeout_ms,
-                                              const std::string& hostname, int renew_every, const std::string& carry_name,
+                                              const std::string& hostname, int renew_every, std::int64_t store_recovery_ms,
+                                              const std::string& carry_name,
                                               py::object carry_save, py::object carry_load,
                                               const named_tensors& params, const py::dict& opts) {
     const bool sparse = kind == "SPARTA" || kind == "SPARTADiLoCo";
@@ -73,6 +74,7 @@ std::unique_ptr<bound_algorithm> make_elastic(const std::string& kind, store_ptr
     eo.join_timeout = std::chrono::milliseconds(join_timeout_ms);
     eo.hostname = hostname;
     eo.renew_every = renew_every;
+    eo.store_recovery = std::chrono::milliseconds(store_recovery_ms);
     std::optional<trickle::comm::trainer_state> carried;
     if (!carry_name.empty()) carried = carried_state(carry_name, std::move(carry_save), std::move(carry_load));
     py::gil_scoped_release release;

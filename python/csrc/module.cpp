@@ -223,7 +223,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("diloco", &make_diloco, py::arg("group"), py::arg("params"), py::arg("options"));
     m.def("elastic", &make_elastic, py::arg("kind"), py::arg("store"), py::arg("id"), py::arg("initial"),
           py::arg("timeout_ms"), py::arg("liveness_ms"), py::arg("job"), py::arg("start_timeout_ms"),
-          py::arg("join_timeout_ms"), py::arg("hostname"), py::arg("renew_every"), py::arg("carry_name"), py::arg("carry_save"),
+          py::arg("join_timeout_ms"), py::arg("hostname"), py::arg("renew_every"),
+          py::arg("store_recovery_ms"), py::arg("carry_name"), py::arg("carry_save"),
           py::arg("carry_load"), py::arg("params"), py::arg("options"));
     m.def("sparta_diloco", &make_sparta_diloco, py::arg("group"), py::arg("params"), py::arg("options"));
     m.def("ddp", &make_ddp, py::arg("group"), py::arg("params"), py::arg("options"));

@@ -609,7 +609,8 @@ class _Algorithm:
         carry_name, carry_save, carry_load = _carried(el.carry)
         self._impl = _C.elastic(kind, el.store, el.id, el.initial, int(round(el.timeout * 1000)),
                                 int(round(el.liveness * 1000)), el.job, int(round(el.start_timeout * 1000)),
-                                int(round(el.join_timeout * 1000)), el.hostname, el.renew_every, carry_name, carry_save, carry_load,
+                                int(round(el.join_timeout * 1000)), el.hostname, el.renew_every,
+                                int(round(el.store_recovery * 1000)), carry_name, carry_save, carry_load,
                                 params, opts)
         _LIVE.add(self)
 

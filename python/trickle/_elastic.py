@@ -67,7 +67,11 @@ class Elastic:
     worker, else MismatchError), so SPARTA, whose every exchange is a round, pays the
     store's round trips once every k exchanges; a failure is still caught at once (the
     round is rolled back and the next renewal is a real one), but a joiner waits up to k
-    rounds to be admitted.
+    rounds to be admitted. `store_recovery` (seconds, default 0: off): how long a worker
+    whose store failed waits for a store at the same address (a supervisor restarting
+    `python3 -m trickle.store`); the workers then write back the view and go on without a
+    lost round or worker. 0: a failed store ends the job (CommError naming it). Set it on
+    every worker; needs a TCPStore.
 
     `carry`: the trainer's own state that a joiner takes from a live worker together with
     the algorithm's (None: nothing): an object with state_dict() and load_state_dict(), such
@@ -86,7 +90,7 @@ class Elastic:
 
     def __init__(self, store, id: int, initial: int, timeout: float = 10.0, job: str = "trickle",
                  liveness: float = 0.0, start_timeout: float = 300.0, join_timeout: float = 600.0,
-                 hostname: str = "", carry=None, renew_every: int = 1):
+                 hostname: str = "", carry=None, renew_every: int = 1, store_recovery: float = 0.0):
         """Checks the arguments (TypeError / ValueError) and keeps them."""
         if not isinstance(store, dist.Store):
             raise TypeError(f"trickle.Elastic: store must be a torch.distributed.Store (e.g. trickle.connect_store("
@@ -101,6 +105,8 @@ class Elastic:
                              f"others), got {timeout!r}")
         if not isinstance(liveness, numbers.Real) or isinstance(liveness, bool) or not 0 <= liveness <= timeout:
             raise ValueError(f"trickle.Elastic: liveness must be in [0, timeout] seconds (0: off), got {liveness!r}")
+        if not isinstance(store_recovery, numbers.Real) or isinstance(store_recovery, bool) or not store_recovery >= 0:
+            raise ValueError(f"trickle.Elastic: store_recovery must be >= 0 seconds (0: off), got {store_recovery!r}")
         for name, v in (("start_timeout", start_timeout), ("join_timeout", join_timeout)):
             if not isinstance(v, numbers.Real) or isinstance(v, bool) or not v > 0:
                 raise ValueError(f"trickle.Elastic: {name} must be > 0 seconds, got {v!r}")
@@ -120,12 +126,13 @@ class Elastic:
         self.hostname = hostname
         self.carry = carry
         self.renew_every = int(renew_every)
+        self.store_recovery = float(store_recovery)
 
     def __repr__(self):
         return (f"trickle.Elastic(id={self.id}, initial={self.initial}, timeout={self.timeout}, job={self.job!r}, "
                 f"liveness={self.liveness}, start_timeout={self.start_timeout}, join_timeout={self.join_timeout}, "
                 f"hostname={self.hostname!r}, carry={_carried(self.carry)[0] or None!r}, "
-                f"renew_every={self.renew_every})")
+                f"renew_every={self.renew_every}, store_recovery={self.store_recovery})")
 
 
 def _stateful(obj) -> bool:

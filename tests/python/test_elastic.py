@@ -11,8 +11,10 @@ workers hold the same parameters, bit for bit (DiLoCo and SPARTA + DiLoCo: the l
 is an outer step; SPARTA: every worker draws the same batches, so replicas that start
 equal and average equal values stay equal, and the joiner must have received exactly the
 members' parameters and, through Elastic(carry=optimizer), their SGD momentum buffers), and
-the membership says one left and one joined. Bad arguments are
-refused before anything runs.
+the membership says one left and one joined. Then the store itself (python3 -m
+trickle.store) is killed under three DiLoCo workers with store_recovery and started again
+on its port: every worker finishes every outer step, none is lost, and the three end
+bit-identical. Bad arguments are refused before anything runs.
 """
 
 import os
@@ -122,6 +124,8 @@ def refusals() -> None:
         (lambda: trickle.Elastic(store, id=0, initial=1, hostname=5), TypeError, "hostname must be a string"),
         (lambda: trickle.Elastic(store, id=0, initial=1, carry=5), TypeError, "carry must have state_dict()"),
         (lambda: trickle.Elastic(store, id=0, initial=1, renew_every=0), ValueError, "renew_every must be >= 1"),
+        (lambda: trickle.Elastic(store, id=0, initial=1, store_recovery=-1), ValueError,
+         "store_recovery must be >= 0"),
         (lambda: trickle.Elastic(store, id=0, initial=1, renew_every=2.0), TypeError, "renew_every must be an integer"),
         # The job's first worker set renew_every = 4 (below): another k is refused.
         (lambda: trickle.SPARTA(model, elastic=trickle.Elastic(store, id=1, initial=1, job="every", renew_every=2)),
@@ -186,14 +190,93 @@ def scenario(algo: str, store, port: int) -> None:
           f"restart joined at step {res[2]['start']}, all 3 end bit-identical; {res[0]['membership']}", flush=True)
 
 
+RESTART_STEPS = 60
+
+
+def steady_worker(port: int, wid: int, out: str) -> int:
+    """A DiLoCo worker that rides out a store restart (store_recovery) and says when built."""
+    store = trickle.connect_store("127.0.0.1", port)
+    torch.manual_seed(0)
+    model = torch.nn.Linear(16, 4)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    el = trickle.Elastic(store, id=wid, initial=3, timeout=5.0, job="restart", store_recovery=30.0)
+    diloco = trickle.DiLoCo(model, interval=INTERVAL, outer="nesterov", seed=3, elastic=el)
+    open(out + ".built", "w").close()
+    for t in range(RESTART_STEPS):
+        g = torch.Generator().manual_seed(1000 * t + wid)
+        x = torch.randn(8, 16, generator=g)
+        loss = (model(x) - x[:, :4]).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        diloco.step()
+        time.sleep(0.01)
+    torch.save({"params": [p.detach().clone() for p in model.parameters()], "membership": diloco.membership,
+                "exchanges": diloco.stats.exchanges}, out)
+    return 0
+
+
+def store_restart() -> None:
+    """The store (python3 -m trickle.store) killed while 3 DiLoCo workers train, and started
+    again on its port: with store_recovery every worker goes on; none is lost, every outer
+    step happens, and the three end bit-identical."""
+    tmp = os.environ.get("TMPDIR", "/tmp")
+    outs = [os.path.join(tmp, f"trickle_test_elastic_{os.getpid()}_restart_{i}.pt") for i in range(3)]
+    me = os.path.abspath(__file__)
+
+    def serve(port: int):
+        p = subprocess.Popen([sys.executable, "-m", "trickle.store", "--port", str(port)], stdout=subprocess.PIPE,
+                             text=True)
+        line = p.stdout.readline()
+        assert line.startswith("trickle.store: serving on port "), line
+        return p, int(line.split()[-1])
+
+    server, port = serve(0)
+    procs = [subprocess.Popen([sys.executable, me, "--steady-worker", str(port), str(i), outs[i]]) for i in range(3)]
+    t0 = time.time()
+    try:
+        while not all(os.path.exists(o + ".built") for o in outs):
+            assert time.time() - t0 < 120, "the workers never built their algorithms"
+            assert all(p.poll() is None for p in procs), "a worker ended before training"
+            time.sleep(0.01)
+        time.sleep(0.2)
+        server.kill()
+        server.wait()
+        time.sleep(0.3)
+        server, _ = serve(port)
+        for i, p in enumerate(procs):
+            rc = p.wait(timeout=180)
+            assert rc == 0, f"store restart: worker {i} exited with {rc}"
+    finally:
+        for p in procs + [server]:
+            if p.poll() is None:
+                p.kill()
+    res = [torch.load(o) for o in outs]
+    for o in outs:
+        os.remove(o)
+        os.remove(o + ".built")
+    for i in (1, 2):
+        for a, b in zip(res[0]["params"], res[i]["params"]):
+            assert torch.equal(a, b), f"store restart: worker {i}'s parameters differ from worker 0's"
+    for r in res:
+        m = r["membership"]
+        assert m["left"] == 0 and m["joined"] == 0 and m["workers"] == 3, m
+        assert r["exchanges"] == RESTART_STEPS // INTERVAL, r["exchanges"]
+    print(f"test_elastic: store restart ok in {time.time() - t0:.1f} s: the store killed and started again, the 3 "
+          f"workers went on, every outer step done, bit-identical; {res[0]['membership']}", flush=True)
+
+
 def main() -> int:
     if len(sys.argv) > 1 and sys.argv[1] == "--worker":
         port, wid, out, kill, algo = int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5] == "1", sys.argv[6]
         return worker(port, wid, out, kill, algo)
+    if len(sys.argv) > 1 and sys.argv[1] == "--steady-worker":
+        return steady_worker(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4])
     refusals()
     store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
     for algo in ALGORITHMS:
         scenario(algo, store, store.port)
+    store_restart()
     return 0
 
 

@@ -49,10 +49,68 @@ struct outcome {
     std::string log;
 };
 
-// One job: a store served by this process, worker processes spawned from the example.
+// A store in a process of its own (trickle-store), which a test can kill and start again
+// on the same port.
+class store_process {
+public:
+    explicit store_process(const std::string& name)
+        : log_(std::string(std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp") + "/trickle_store_" +
+               std::to_string(::getpid()) + "_" + name + ".log") {
+        start(0);
+    }
+    ~store_process() {
+        kill();
+        std::remove(log_.c_str());
+    }
+    int port() const { return port_; }
+    void kill() {
+        if (pid_ <= 0) return;
+        ::kill(pid_, SIGKILL);
+        int st = 0;
+        ::waitpid(pid_, &st, 0);
+        pid_ = -1;
+    }
+    // Starts it again on its port (a supervisor's restart: every key is gone).
+    void restart() {
+        kill();
+        start(port_);
+    }
+
+private:
+    void start(int port) {
+        std::vector<std::string> a = {TRICKLE_STORE_BIN, "--port", std::to_string(port)};
+        std::vector<char*> argv;
+        for (auto& x : a) argv.push_back(x.data());
+        argv.push_back(nullptr);
+        posix_spawn_file_actions_t fa;
+        posix_spawn_file_actions_init(&fa);
+        posix_spawn_file_actions_addopen(&fa, 1, log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        posix_spawn_file_actions_adddup2(&fa, 1, 2);
+        const int rc = posix_spawn(&pid_, argv[0], &fa, nullptr, argv.data(), environ);
+        posix_spawn_file_actions_destroy(&fa);
+        REQUIRE_MESSAGE(rc == 0, "cannot start ", argv[0], ": ", std::strerror(rc));
+        for (int i = 0; i < 2000; ++i) { // its first line names the port
+            std::ifstream f(log_);
+            std::string line;
+            if (std::getline(f, line) && line.rfind("trickle-store: serving on port ", 0) == 0) {
+                port_ = std::stoi(line.substr(31));
+                return;
+            }
+            std::this_thread::sleep_for(5ms);
+        }
+        FAIL("trickle-store did not start");
+    }
+    std::string log_;
+    pid_t pid_ = -1;
+    int port_ = 0;
+};
+
+// One job: a store served by this process (or, with `port`, one served elsewhere), worker
+// processes spawned from the example.
 class job {
 public:
-    explicit job(std::string name) : name_(std::move(name)), store_(trickle::comm::host_store(0)) {
+    explicit job(std::string name, int port = -1)
+        : name_(std::move(name)), store_(port < 0 ? trickle::comm::host_store(0) : c10::intrusive_ptr<c10d::TCPStore>()), port_(port) {
         dir_ = std::string(std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp") + "/trickle_elastic_" +
                std::to_string(::getpid()) + "_" + name_;
         std::string cmd = "mkdir -p '" + dir_ + "'";
@@ -69,7 +127,8 @@ public:
         std::string cmd = "rm -rf '" + dir_ + "'";
         (void)std::system(cmd.c_str());
     }
-    int port() const { return store_->getPort(); }
+    int port() const { return store_ ? static_cast<int>(store_->getPort()) : port_; }
+    const std::string& dir() const { return dir_; }
     c10::intrusive_ptr<c10d::Store> client() { return trickle::comm::connect_store("127.0.0.1", port()); }
 
     // Starts worker `id` (its k-th process) with the common options plus `extra`.
@@ -180,6 +239,7 @@ private:
 
     std::string name_, dir_;
     c10::intrusive_ptr<c10d::TCPStore> store_;
+    int port_ = -1;
     std::map<std::string, pid_t> pids_;
     std::vector<std::string> common_;
 };
@@ -652,6 +712,76 @@ TEST_CASE("elastic_group: with liveness, a second process with a live id is refu
     trickle::comm::elastic_group back(trickle::comm::connect_store("127.0.0.1", port), 1, o);
     CHECK(back.incarnation() == 2);
     CHECK(std::chrono::steady_clock::now() - t0 >= 400ms);
+}
+
+// Waits until every worker has built its algorithm (the first epoch formed).
+void wait_constructed(job& j, const std::vector<std::string>& keys) {
+    for (int i = 0; i < 6000; ++i) {
+        bool all = true;
+        for (const auto& k : keys) all = all && j.log(k).find("constructed in") != std::string::npos;
+        if (all) return;
+        std::this_thread::sleep_for(5ms);
+    }
+    FAIL("the workers never built their algorithms");
+}
+
+TEST_CASE("elastic_group processes: the store killed mid-run and started again on its port; no worker, no round lost") {
+    // With store_recovery every worker waits for the store, writes back what it knows and
+    // goes on: each ends with the bits it has after the same run over a store that never
+    // failed (a round in flight is finished or redone, none is skipped).
+    for (const char* alg : {"diloco", "sparta", "sparta_diloco"}) {
+        INFO(alg);
+        const auto run = [&](const std::string& name, bool restart) {
+            store_process store(name);
+            job j(name, store.port());
+            j.set_common({"--initial", "4", "--steps", "150", "--interval", "10", "--timeout-ms", "3000", "--step-ms",
+                          "4", "--store-recovery-ms", "20000", "--algorithm", alg});
+            std::vector<std::string> keys;
+            for (int id = 0; id < 4; ++id) keys.push_back(j.start(id, {}));
+            if (restart) {
+                wait_constructed(j, keys);
+                std::this_thread::sleep_for(150ms);
+                store.kill();
+                std::this_thread::sleep_for(300ms);
+                store.restart();
+            }
+            std::vector<outcome> out;
+            for (const auto& k : keys) out.push_back(j.finish(k));
+            return out;
+        };
+        const auto quiet = run(std::string("quiet_") + alg, false);
+        const auto restarted = run(std::string("restarted_") + alg, true);
+        for (std::size_t i = 0; i < 4; ++i) {
+            INFO("worker ", i, ": ", restarted[i].log);
+            REQUIRE(quiet[i].status == 0);
+            REQUIRE(restarted[i].status == 0);
+            CHECK(restarted[i].left == 0);
+            CHECK(restarted[i].joined == 0);
+            CHECK(restarted[i].log.find(", 1 store recoveries") != std::string::npos);
+            REQUIRE(restarted[i].params.size() == quiet[i].params.size());
+            CHECK(std::memcmp(restarted[i].params.data(), quiet[i].params.data(),
+                              quiet[i].params.size() * sizeof(float)) == 0);
+        }
+    }
+}
+
+TEST_CASE("elastic_group processes: a store that does not come back within store_recovery ends every worker, naming it") {
+    store_process store("gone");
+    job j("store_gone", store.port());
+    j.set_common({"--initial", "3", "--steps", "2000", "--interval", "10", "--timeout-ms", "2000", "--step-ms", "2",
+                  "--store-recovery-ms", "1500", "--algorithm", "diloco"});
+    std::vector<std::string> keys;
+    for (int id = 0; id < 3; ++id) keys.push_back(j.start(id, {}));
+    wait_constructed(j, keys);
+    store.kill();
+    const std::string where = "127.0.0.1:" + std::to_string(store.port());
+    for (const auto& k : keys) {
+        const outcome o = j.finish(k, 30s);
+        INFO(o.log);
+        CHECK(o.status == 1);
+        CHECK(o.log.find("did not come back within 1500 ms") != std::string::npos);
+        CHECK(o.log.find(where) != std::string::npos);
+    }
 }
 
 TEST_CASE("elastic_group processes: random kill / freeze / restart schedules; none lost, none hung, bits equal") {

@@ -61,7 +61,9 @@
 #include <mutex>
 #include <cstdint>
 #include <memory>
+#include <functional>
 #include <optional>
+#include <random>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -156,6 +158,14 @@ struct elastic_group_options {
     // member that stopped answering without closing its sockets is dropped, at the next
     // real renewal (or, for the latter, at the collective's timeout), up to k rounds later.
     int renew_every = 1;
+    // 0: off (a store that fails ends the job: every worker raises comm_error naming it).
+    // Otherwise (> 0; needs a TCPStore) a worker whose store operation fails waits up to this
+    // long for a store to answer again at the same address (a supervisor restarting
+    // trickle-store or python3 -m trickle.store), then writes back what it knows (the view,
+    // its epoch, the incarnations, the join queue's position, the last decisions it read)
+    // and goes on: the round in flight is finished or redone, no worker is lost (see "A
+    // store that comes back" in docs/elastic.md). Past it: comm_error naming the store.
+    std::chrono::milliseconds store_recovery{0};
 };
 
 // One worker's handle (see the file's comment): a trickle::communicator and
@@ -182,6 +192,10 @@ public:
         require(o_.renew_every >= 1, "comm::elastic_group: renew_every must be >= 1, got ", o_.renew_every);
         require(o_.liveness.count() == 0 || dynamic_cast<const c10d::TCPStore*>(store.get()) != nullptr,
                 "comm::elastic_group: liveness needs a c10d::TCPStore (its heartbeat uses a client of its own)");
+        require(o_.store_recovery.count() >= 0, "comm::elastic_group: store_recovery must be >= 0 ms (0: off), got ",
+                o_.store_recovery.count());
+        require(o_.store_recovery.count() == 0 || dynamic_cast<const c10d::TCPStore*>(store.get()) != nullptr,
+                "comm::elastic_group: store_recovery needs a c10d::TCPStore (a worker reconnects to its address)");
         ignore_sigpipe();
         user_store_ = store;
         if (const auto* tcp = dynamic_cast<const c10d::TCPStore*>(store.get()); tcp != nullptr)
@@ -191,6 +205,7 @@ public:
         refuse_other_renewal_interval();
         inc_ = store_op("register", [&] { return store_->add(detail::concat("inc/", id_), 1); });
         if (inc_ > 1) end_of_incarnation_counted();
+        if (o_.store_recovery.count() > 0) life_ = store_op("register", [&] { return cas("life", new_life()); });
         if (o_.liveness.count() > 0) start_heartbeat();
         if (inc_ == 1 && id_ < o_.initial) {
             try {
@@ -209,6 +224,7 @@ public:
                 throw;
             }
         }
+        recoverable_ = o_.store_recovery.count() > 0;
     }
 
     elastic_group(const elastic_group&) = delete;
@@ -232,6 +248,9 @@ public:
     int size() const { return static_cast<int>(view_.members.size()); }
     std::vector<int> members() const { return view_.ids(); }
     const membership_change& last_change() const { return last_; }
+    // How many times this worker found the store restarted and wrote back what it knew
+    // (store_recovery).
+    std::uint64_t store_recoveries() const { return recoveries_; }
     std::chrono::milliseconds timeout() const { return o_.timeout; }
     // Join requests queued and not yet taken by a renewal of this worker's view (for
     // drivers and tests, as elastic_local_world::joiners_waiting).
@@ -286,9 +305,10 @@ public:
         }
         calls_ = 0;
         const std::string R = detail::concat("r/", view_.epoch, "/", renewals_, "/");
-        const auto deadline = clock::now() + o_.timeout;
         bool wrote = false;
+        // (Each try its own deadline: after a store came back, the members arrive again.)
         std::string d = store_op("renew", [&] {
+            const auto deadline = clock::now() + o_.timeout;
             std::int64_t n = store_->add(R + "n", 1);
             const auto size = static_cast<std::int64_t>(view_.members.size());
             // The last to arrive decides at once; the others leave their arrival for a
@@ -305,6 +325,7 @@ public:
             }
         });
         ++renewals_;
+        read_renewal_ = {R + "d", d};
         const view next = view::parse(d);
         membership_change ch = change_to(next);
         admit(next);
@@ -340,10 +361,14 @@ public:
                                                   " already joined or left through this handle; use a new handle"));
         joined_ = true;
         const std::string A = detail::concat("adm/", id_, "/", inc_);
+        const auto deadline = clock::now() + wait;
         std::string d = store_op("join", [&] {
-            const std::int64_t i = store_->add("j/n", 1) - 1;
-            store_->set(detail::concat("j/", i), bytes(detail::concat(id_, " ", inc_)));
-            const auto deadline = clock::now() + wait;
+            // (Tried again after a store came back: the request is queued again unless a
+            // member wrote the admission back.)
+            if (!store_->check({A})) {
+                const std::int64_t i = store_->add("j/n", 1) - 1;
+                store_->set(detail::concat("j/", i), bytes(detail::concat(id_, " ", inc_)));
+            }
             for (int round = 0; !store_->check({A}); pause(round)) {
                 if (round % 64 == 63 && store_->check({"failed"}))
                     throw comm_error(detail::concat("comm::elastic_group join: worker ", id_,
@@ -360,6 +385,7 @@ public:
             }
             return text(store_->get(A));
         });
+        admitted_ = {A, d};
         const view next = view::parse(d);
         adopt(next, change_to(next), "comm::elastic_group join");
         return last_;
@@ -388,8 +414,8 @@ public:
         const std::string C = detail::concat("c/", view_.epoch, "/", commits_, "/");
         ++commits_;
         if (size() == 1) return;
-        const auto deadline = clock::now() + o_.timeout;
         const std::string d = store_op("commit", [&] {
+            const auto deadline = clock::now() + o_.timeout;
             const std::int64_t n = store_->add(C + "n", 1);
             if (n >= static_cast<std::int64_t>(size())) return cas(C + "d", "1");
             for (int round = 0;; pause(round)) {
@@ -397,6 +423,7 @@ public:
                 if (clock::now() >= deadline) return cas(C + "d", "0");
             }
         });
+        read_commit_ = {C + "d", d};
         if (d != "1") {
             mark_broken();
             throw peer_failure(detail::concat("comm::elastic_group commit: epoch ", view_.epoch,
@@ -472,16 +499,130 @@ private:
 
     // A store operation; the store's own failures (unreachable, died) become comm_error
     // naming the store: the elastic protocol cannot go on without it.
+    // With store_recovery, a failure waits for the store to come back (recover()) and the
+    // operation runs again from its start: each is written to be correct on a store that
+    // lost its keys and was given back what the workers knew.
     template <class Fn>
     auto store_op(const char* op, Fn&& fn) -> decltype(fn()) {
-        try {
-            return fn();
-        } catch (const trickle::error&) {
-            throw;
-        } catch (const std::exception& e) {
-            throw comm_error(detail::concat("comm::elastic_group ", op, ": worker ", id_, ": the key-value store",
-                                            store_name_, " failed (is the store process alive?): ", detail::what_of(e)));
+        for (;;) {
+            try {
+                return fn();
+            } catch (const trickle::error&) {
+                throw;
+            } catch (const std::exception& e) {
+                if (!recoverable_ || dead_)
+                    throw comm_error(detail::concat("comm::elastic_group ", op, ": worker ", id_, ": the key-value store",
+                                                    store_name_, " failed (is the store process alive?): ",
+                                                    detail::what_of(e)));
+                recover(op, detail::what_of(e));
+            }
         }
+    }
+
+    // A store that comes back (store_recovery). This worker's process group is released
+    // first, so that peers blocked on it in a collective fail now and come here too. Then,
+    // on a store answering at the same address whose life differs from the one this worker
+    // registered in (it restarted and lost its keys), the worker writes back what it knows,
+    // first the decisions it read (a renewal's, a commit vote's, its own admission): a
+    // decision is first-writer-wins, so every member that read one writes the same value,
+    // and a worker whose value lost was left behind by the others (they decided without
+    // it): it is dropped, as a late arrival is. Then the counters (the join queue raised to
+    // the view's position, the view's incarnations, the count of ended incarnations raised
+    // past the view's, so the next renewal reads every incarnation), the renewal interval,
+    // and "epoch broken" (its group is gone: the next renewal opens a new epoch). The
+    // members then wait (at most the timeout) until every member of their view has written
+    // back, so that nothing is decided on the new store before all they knew is in it; a
+    // joiner waits until a member has, before it queues its request again. A store that
+    // answers with its keys intact (a dropped connection) cannot say whether the failed
+    // operation took effect: comm_error.
+    void recover(const char* op, const std::string& why) {
+        const auto deadline = clock::now() + o_.store_recovery;
+        release_group();
+        std::string last = why;
+        const auto* tcp = dynamic_cast<const c10d::TCPStore*>(user_store_.get());
+        for (;;) {
+            const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now());
+            if (left.count() <= 0)
+                throw comm_error(detail::concat("comm::elastic_group ", op, ": worker ", id_, ": the key-value store",
+                                                store_name_, " failed and did not come back within ",
+                                                o_.store_recovery.count(),
+                                                " ms (store_recovery; restart it on the same address): ", last));
+            try {
+                auto client = detail::tcp_store(tcp->getHost(), tcp->getPort(), false, std::min(left, o_.timeout));
+                store_ = c10::make_intrusive<c10d::PrefixStore>(o_.job, std::move(client));
+                const std::string life = store_->check({"life"}) ? text(store_->get("life")) : std::string();
+                if (life == life_) {
+                    dead_ = true;
+                    throw comm_error(detail::concat(
+                        "comm::elastic_group ", op, ": worker ", id_, ": the connection to the key-value store",
+                        store_name_, " failed and the store still holds its keys, so whether the operation took "
+                        "effect is unknown: ", why));
+                }
+                write_back(deadline);
+                ++recoveries_;
+                return;
+            } catch (const trickle::error&) {
+                throw;
+            } catch (const std::exception& e) {
+                last = detail::what_of(e);
+                std::this_thread::sleep_for(std::chrono::milliseconds(20));
+            }
+        }
+    }
+
+    // Part of recover(): what this worker knows, written to a store that lost it.
+    void write_back(clock::time_point deadline) {
+        life_ = cas("life", new_life());
+        for (const auto* k : {&read_renewal_, &read_commit_, &admitted_})
+            if (!k->first.empty() && cas(k->first, k->second) != k->second) {
+                drop();
+                throw peer_failure(detail::concat(
+                    "comm::elastic_group: worker ", id_, ": while the store was away the others decided ", k->first,
+                    " otherwise than this worker read it (they went on without it); join again with a new handle"));
+            }
+        if (!read_renewal_.first.empty()) write_admissions(view::parse(read_renewal_.second));
+        const std::string mine = std::to_string(inc_);
+        if (cas(detail::concat("inc/", id_), mine) != mine) {
+            drop();
+            throw peer_failure(detail::concat("comm::elastic_group: worker ", id_, ": while the store was away another "
+                                              "process registered id ", id_, "; this incarnation ends"));
+        }
+        const bool in_view = view_.has(id_) && rank_ >= 0;
+        if (in_view) {
+            raise_to("j/n", view_.consumed);
+            for (const auto& m : view_.members) (void)cas(detail::concat("inc/", m.id), std::to_string(m.inc));
+            raise_to("inc/changes", view_.changes + 1);
+            store_->set(detail::concat("b/", view_.epoch), bytes("1"));
+        }
+        (void)cas("cfg/renew_every", std::to_string(o_.renew_every));
+        store_->set(detail::concat("rst/", id_), bytes("1"));
+        const auto until = std::min(deadline, clock::now() + o_.timeout);
+        for (int round = 0; clock::now() < until; pause(round)) {
+            if (!in_view) {
+                if (store_->check({"restored"})) return;
+                continue;
+            }
+            bool all = true;
+            for (const auto& m : view_.members) all = all && store_->check({detail::concat("rst/", m.id)});
+            if (all) break;
+        }
+        if (in_view) store_->set("restored", bytes("1"));
+    }
+
+    // Raises counter k to at least v (compare-and-set, so that two workers raising it at
+    // once never add up).
+    void raise_to(const std::string& k, std::int64_t v) {
+        for (;;) {
+            const std::string cur = store_->check({k}) ? text(store_->get(k)) : std::string();
+            if (!cur.empty() && std::stoll(cur) >= v) return;
+            if (text(store_->compareSet(k, bytes(cur), bytes(std::to_string(v)))) == std::to_string(v)) return;
+        }
+    }
+
+    // A token naming one life of the store (written once per life, first writer wins).
+    std::string new_life() const {
+        std::random_device rd;
+        return detail::concat(id_, "-", inc_, "-", rd(), "-", clock::now().time_since_epoch().count());
     }
 
     // Waits a little before the caller looks again (polling with check(): c10d's
@@ -611,18 +752,29 @@ private:
 
     // The heartbeat (liveness): a counter bumped every liveness / 4 over a store client of
     // its own, so that it never waits behind the renewals' operations.
+    // With store_recovery it reconnects after the store failed (its beats count again from
+    // zero on a store that came back, which a renewal reads as beating).
     void start_heartbeat() {
         c10::intrusive_ptr<c10d::Store> client = store_op("heartbeat", [&] { return own_client(); });
         beat_ = std::make_unique<heartbeat>();
         const std::string k = detail::concat("hb/", id_, "/", inc_);
         const auto period = std::max(o_.liveness / 4, std::chrono::milliseconds(1));
-        beat_->thread = std::thread([b = beat_.get(), client, k, period] {
+        const auto* tcp = dynamic_cast<const c10d::TCPStore*>(user_store_.get());
+        std::function<c10::intrusive_ptr<c10d::Store>()> reconnect;
+        if (o_.store_recovery.count() > 0)
+            reconnect = [host = tcp->getHost(), port = static_cast<int>(tcp->getPort()), job = o_.job, period] {
+                return c10::intrusive_ptr<c10d::Store>(
+                    c10::make_intrusive<c10d::PrefixStore>(job, detail::tcp_store(host, port, false, period)));
+            };
+        beat_->thread = std::thread([b = beat_.get(), client, k, period, reconnect]() mutable {
             std::unique_lock lock(b->mutex);
             while (!b->stop) {
                 try {
+                    if (!client.defined()) client = reconnect();
                     client->add(k, 1);
                 } catch (...) {
-                    return; // the store is gone: the renewals will say so
+                    if (!reconnect) return; // the store is gone: the renewals will say so
+                    client.reset();
                 }
                 b->cv.wait_for(lock, period, [b] { return b->stop; });
             }
@@ -703,12 +855,15 @@ private:
     void admit(const view& next) {
         if (next.joined.empty()) return;
         store_op("renew", [&] {
-            const std::string d = next.str();
-            for (const auto& m : next.members)
-                if (std::find(next.joined.begin(), next.joined.end(), m.id) != next.joined.end())
-                    store_->set(detail::concat("adm/", m.id, "/", m.inc), bytes(d));
+            write_admissions(next);
             return 0;
         });
+    }
+    void write_admissions(const view& next) {
+        const std::string d = next.str();
+        for (const auto& m : next.members)
+            if (std::find(next.joined.begin(), next.joined.end(), m.id) != next.joined.end())
+                store_->set(detail::concat("adm/", m.id, "/", m.inc), bytes(d));
     }
 
     // Takes view `v`: this epoch's process group, at this worker's place in it.
@@ -817,8 +972,12 @@ private:
     view view_;
     membership_change last_;
     int rank_ = -1;
-    std::uint64_t renewals_ = 0, commits_ = 0, calls_ = 0;
-    bool dead_ = false, joined_ = false, renewed_ = false;
+    std::uint64_t renewals_ = 0, commits_ = 0, calls_ = 0, recoveries_ = 0;
+    bool dead_ = false, joined_ = false, renewed_ = false, recoverable_ = false;
+    // store_recovery: the store's life this worker knows, and the last decisions it read
+    // (key, value), which it writes back to a store that lost them.
+    std::string life_;
+    std::pair<std::string, std::string> read_renewal_, read_commit_, admitted_;
     traffic_counters before_{};
     struct heartbeat {
         std::mutex mutex;
