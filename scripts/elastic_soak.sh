@@ -5,7 +5,9 @@
 #
 # 1. C++: SCHEDULES random kill / freeze / restart schedules of elastic_worker processes
 #    (tests/torch/test_elastic_processes.cpp, "random ... schedules": faults inside the
-#    protocol, SIGKILL and SIGSTOP from outside, restarts), then the whole cross-process
+#    protocol, SIGKILL and SIGSTOP from outside, restarts), SCHEDULES more with the store
+#    too killed and started again on its port ("random schedules with the store killed",
+#    store_recovery), then the whole cross-process
 #    suite (swept kill points, restarts, refusals) SUITE_RUNS times.
 # 2. Python: SCHEDULES random schedules of examples/python/elastic.py's supervisor over
 #    DiLoCo, SPARTA and SPARTA + DiLoCo (scripts/elastic_soak.py), when the package is
@@ -24,11 +26,11 @@ if [ ! -x "$bin" ]; then
 fi
 start=$(date +%s)
 
-echo "== elastic_soak: $schedules random schedules from C++"
+echo "== elastic_soak: $schedules random schedules from C++, and $schedules with store restarts"
 log=/tmp/elastic_soak_cpp_random.log
 t0=$(date +%s)
 if ! TRICKLE_ELASTIC_SCHEDULES=$schedules ASAN_OPTIONS=detect_leaks=0 "$bin" \
-        --test-case='*random kill*' > "$log" 2>&1; then
+        --test-case='*random kill*,*random schedules*' > "$log" 2>&1; then
     echo "elastic_soak: the C++ random schedules FAILED (log: $log)"
     tail -60 "$log"
     exit 1

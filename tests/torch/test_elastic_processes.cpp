@@ -784,7 +784,12 @@ TEST_CASE("elastic_group processes: a store that does not come back within store
     }
 }
 
-TEST_CASE("elastic_group processes: random kill / freeze / restart schedules; none lost, none hung, bits equal") {
+namespace {
+
+// The random schedules (two test cases below). `store_kills`: the store is a process of its
+// own, and each schedule also kills it once or twice at random moments and starts it again
+// on its port after a random outage (the workers run with store_recovery).
+void random_schedules(bool store_kills) {
     // Each schedule: 4 workers of one algorithm (DiLoCo, SPARTA, SPARTA + DiLoCo in turn),
     // each inner step 10 ms of "compute", liveness 500 ms. Random faults inside the protocol
     // (SIGKILL before a step, inside the K-th all-reduce, after the K-th commit vote) for up
@@ -803,9 +808,9 @@ TEST_CASE("elastic_group processes: random kill / freeze / restart schedules; no
     const char* from_env = std::getenv("TRICKLE_ELASTIC_FIRST"); // to rerun schedule k alone
     const char* seed_env = std::getenv("TRICKLE_ELASTIC_SEED");
     const int schedules = n_env ? std::atoi(n_env) : 3;
-    const unsigned seed = seed_env ? static_cast<unsigned>(std::atoi(seed_env)) : 1u;
+    const unsigned seed = (seed_env ? static_cast<unsigned>(std::atoi(seed_env)) : 1u) + (store_kills ? 1000u : 0u);
     const char* algorithms[] = {"diloco", "sparta", "sparta_diloco"};
-    int restarts_total = 0, late_total = 0;
+    int restarts_total = 0, late_total = 0, store_restarts = 0;
     const int first = from_env ? std::atoi(from_env) : 0;
     for (int k = first; k < first + schedules; ++k) {
         std::mt19937 rng(seed * 7919u + static_cast<unsigned>(k));
@@ -829,17 +834,29 @@ TEST_CASE("elastic_group processes: random kill / freeze / restart schedules; no
         std::vector<event> events;
         for (int e = pick(0, 3); e > 0; --e) events.push_back({pick(300, 2500), pick(0, 1) == 1, pick(100, 1500)});
         std::sort(events.begin(), events.end(), [](const event& a, const event& b) { return a.at_ms < b.at_ms; });
+        std::vector<std::pair<int, int>> store_events; // (at ms, outage ms)
+        if (store_kills)
+            for (int e = pick(1, 2); e > 0; --e) store_events.emplace_back(pick(200, 2500), pick(50, 1500));
+        std::sort(store_events.begin(), store_events.end());
         std::string plan = alg;
         for (const auto& [who, f] : faults) plan += " fault " + std::to_string(who) + "=" + f;
         for (const auto& e : events)
             plan += (e.kill ? " kill@" : " freeze@") + std::to_string(e.at_ms) + "ms" +
                     (e.kill ? std::string() : ":" + std::to_string(e.freeze_ms) + "ms");
+        for (const auto& [at, outage] : store_events)
+            plan += " store-kill@" + std::to_string(at) + "ms:" + std::to_string(outage) + "ms";
         INFO("schedule ", k, " (seed ", seed, "): ", plan);
         MESSAGE("schedule ", k, ": ", plan);
 
-        job j("random_" + std::to_string(seed) + "_" + std::to_string(k));
-        j.set_common({"--initial", std::to_string(workers), "--steps", std::to_string(steps), "--interval", "10",
-                      "--timeout-ms", "3000", "--liveness-ms", "500", "--step-ms", "10", "--algorithm", alg});
+        const std::string name = "random_" + std::to_string(seed) + "_" + std::to_string(k);
+        std::optional<store_process> store;
+        if (store_kills) store.emplace(name);
+        job j(name, store ? store->port() : -1);
+        std::vector<std::string> common = {"--initial", std::to_string(workers), "--steps", std::to_string(steps),
+                                           "--interval", "10", "--timeout-ms", "3000", "--liveness-ms", "500",
+                                           "--step-ms", "10", "--algorithm", alg};
+        if (store_kills) common.insert(common.end(), {"--store-recovery-ms", "20000"});
+        j.set_common(common);
         std::map<int, std::string> running; // id -> key of its current process
         std::map<int, int> lives;
         for (int id = 0; id < workers; ++id) {
@@ -865,7 +882,8 @@ TEST_CASE("elastic_group processes: random kill / freeze / restart schedules; no
         std::vector<outcome> finished;
         std::vector<std::pair<std::string, std::chrono::steady_clock::time_point>> thaw; // frozen workers
         std::optional<std::chrono::steady_clock::time_point> ended_at;
-        std::size_t next_event = 0;
+        std::size_t next_event = 0, next_store_event = 0;
+        std::optional<std::chrono::steady_clock::time_point> store_back;
         int late = 0;
         while (!running.empty()) {
             if (ms_since() >= 120000) {
@@ -883,6 +901,16 @@ TEST_CASE("elastic_group processes: random kill / freeze / restart schedules; no
                 for (const auto& [id, key] : running) alive = alive || key == it->first;
                 if (alive) j.signal(it->first, SIGCONT);
                 it = thaw.erase(it);
+            }
+            if (next_store_event < store_events.size() && !store_back &&
+                ms_since() >= store_events[next_store_event].first) {
+                store->kill();
+                store_back = now + std::chrono::milliseconds(store_events[next_store_event++].second);
+            }
+            if (store_back && now >= *store_back) {
+                store->restart();
+                store_back.reset();
+                ++store_restarts;
             }
             if (next_event < events.size() && ms_since() >= events[next_event].at_ms) {
                 const event e = events[next_event++];
@@ -937,8 +965,20 @@ TEST_CASE("elastic_group processes: random kill / freeze / restart schedules; no
         }
         if (alg != "sparta") check_same(finished);
     }
-    MESSAGE(schedules, " schedules passed: ", restarts_total, " restarts, ", late_total, " too late to rejoin");
+    MESSAGE(schedules, " schedules passed: ", restarts_total, " restarts, ", late_total, " too late to rejoin",
+            store_kills ? ", " + std::to_string(store_restarts) + " store restarts" : std::string());
 }
+
+} // namespace
+
+TEST_CASE("elastic_group processes: random kill / freeze / restart schedules; none lost, none hung, bits equal") {
+    random_schedules(false);
+}
+
+TEST_CASE("elastic_group processes: random schedules with the store killed and restarted too; none lost, none hung") {
+    random_schedules(true);
+}
+
 
 TEST_CASE("elastic_group: a first worker lost before the first epoch fails the start at once, and tells the joiner") {
     // Worker 1's first incarnation registered and died before it reached the start; its

@@ -207,7 +207,9 @@ public:
         if (inc_ > 1) end_of_incarnation_counted();
         if (o_.store_recovery.count() > 0) life_ = store_op("register", [&] { return cas("life", new_life()); });
         if (o_.liveness.count() > 0) start_heartbeat();
-        if (inc_ == 1 && id_ < o_.initial) {
+        // (A store that came back and was written back says "resumed": the job runs, so a
+        // first incarnation registering now joins it.)
+        if (inc_ == 1 && id_ < o_.initial && !store_op("register", [&] { return store_->check({"resumed"}); })) {
             try {
                 await_start();
                 view v;
@@ -219,7 +221,7 @@ public:
                 // The first epoch could not form: no member holds a state a joiner could
                 // take, so the whole start fails. Said in the store, so that a restart
                 // waiting to join learns it at once instead of at its join_timeout.
-                fail_job(e.what());
+                if (!superseded_) fail_job(e.what());
                 stop_heartbeat();
                 throw;
             }
@@ -365,11 +367,19 @@ public:
         std::string d = store_op("join", [&] {
             // (Tried again after a store came back: the request is queued again unless a
             // member wrote the admission back.)
-            if (!store_->check({A})) {
-                const std::int64_t i = store_->add("j/n", 1) - 1;
+            std::int64_t i = -1;
+            const auto queue = [&] {
+                i = store_->add("j/n", 1) - 1;
                 store_->set(detail::concat("j/", i), bytes(detail::concat(id_, " ", inc_)));
-            }
+            };
+            if (!store_->check({A})) queue();
             for (int round = 0; !store_->check({A}); pause(round)) {
+                if (round % 64 == 63) check_not_superseded("join");
+                // A request queued on a store that came back, below the position the members
+                // wrote back (j/floor), is never read: it is queued again.
+                if (round % 64 == 63 && i >= 0 && store_->check({"j/floor"}) &&
+                    i < std::stoll(text(store_->get("j/floor"))))
+                    queue();
                 if (round % 64 == 63 && store_->check({"failed"}))
                     throw comm_error(detail::concat("comm::elastic_group join: worker ", id_,
                                                     " cannot join: the job's start failed (",
@@ -575,24 +585,50 @@ private:
         life_ = cas("life", new_life());
         for (const auto* k : {&read_renewal_, &read_commit_, &admitted_})
             if (!k->first.empty() && cas(k->first, k->second) != k->second) {
-                drop();
-                throw peer_failure(detail::concat(
+                const std::string why = detail::concat(
                     "comm::elastic_group: worker ", id_, ": while the store was away the others decided ", k->first,
-                    " otherwise than this worker read it (they went on without it); join again with a new handle"));
+                    " otherwise than this worker read it (they went on without it); join again with a new handle");
+                drop(why);
+                throw peer_failure(why);
             }
         if (!read_renewal_.first.empty()) write_admissions(view::parse(read_renewal_.second));
-        const std::string mine = std::to_string(inc_);
-        if (cas(detail::concat("inc/", id_), mine) != mine) {
-            drop();
-            throw peer_failure(detail::concat("comm::elastic_group: worker ", id_, ": while the store was away another "
-                                              "process registered id ", id_, "; this incarnation ends"));
+        // Incarnations. A process that registered an id on the new store before any worker
+        // wrote this back drew its number from a counter that restarted at 0, so it may hold
+        // a number the view holds too: a number not above the view's is raised past it. That
+        // ends both incarnations: the early registration finds out (join() and the start
+        // check their own number) and asks to be started again, and the view's entry is
+        // dropped at the next renewal (for this worker's own id: at once, below).
+        // (A counter of 0 was only read, add(k, 0), never registered.)
+        const auto settle = [&](int id, std::int64_t inc) {
+            const std::string k = detail::concat("inc/", id), want = std::to_string(inc);
+            for (;;) {
+                const std::string cur = store_->check({k}) ? text(store_->get(k)) : std::string();
+                if (cur == want) return true;
+                if (cur.empty() || std::stoll(cur) == 0) {
+                    if (text(store_->compareSet(k, bytes(cur), bytes(want))) == want) return true;
+                    continue;
+                }
+                if (std::stoll(cur) <= inc) raise_to(k, inc + 1);
+                return false;
+            }
+        };
+        if (!settle(id_, inc_)) {
+            const std::string why = detail::concat("comm::elastic_group: worker ", id_, ": while the store was away "
+                                                   "another process registered id ", id_, "; this incarnation ends");
+            drop(why);
+            throw peer_failure(why);
         }
         const bool in_view = view_.has(id_) && rank_ >= 0;
         if (in_view) {
             raise_to("j/n", view_.consumed);
-            for (const auto& m : view_.members) (void)cas(detail::concat("inc/", m.id), std::to_string(m.inc));
+            raise_to("j/floor", view_.consumed);
+            for (const auto& m : view_.members)
+                if (m.id != id_) (void)settle(m.id, m.inc);
             raise_to("inc/changes", view_.changes + 1);
             store_->set(detail::concat("b/", view_.epoch), bytes("1"));
+            // The job runs: a first incarnation of an id below `initial` registering from now
+            // on is a joiner, not a first member.
+            store_->set("resumed", bytes("1"));
         }
         (void)cas("cfg/renew_every", std::to_string(o_.renew_every));
         store_->set(detail::concat("rst/", id_), bytes("1"));
@@ -607,6 +643,29 @@ private:
             if (all) break;
         }
         if (in_view) store_->set("restored", bytes("1"));
+    }
+
+    // A registration that a store coming back superseded (see write_back()): its number was
+    // raised past, or the store was written back while it waited at the start (the job
+    // runs: it must join). Not a failure of the job: start the process again.
+    void check_not_superseded(const char* where) {
+        if (incarnation_of(id_) == inc_ && !(rank_ < 0 && !joined_ && store_->check({"resumed"}))) return;
+        superseded_ = true;
+        dead_ = true;
+        throw comm_error(detail::concat("comm::elastic_group ", where, ": worker ", id_, " (incarnation ", inc_,
+                                        "): its registration is void (another process registered the id, or it "
+                                        "registered on a store that came back before the workers gave it back their "
+                                        "view); start it again, it joins"));
+    }
+
+    // With store_recovery, what looks like a failed start may be a store that came back
+    // while this (first) incarnation registered, before the workers wrote it back: they say
+    // "resumed" within about the timeout. Waited for before the start is declared failed
+    // (which would turn every joiner away).
+    void confirm_start_failed() {
+        if (o_.store_recovery.count() == 0) return;
+        const auto until = clock::now() + o_.timeout;
+        for (int round = 0; clock::now() < until; pause(round)) check_not_superseded("start");
     }
 
     // Raises counter k to at least v (compare-and-set, so that two workers raising it at
@@ -731,15 +790,19 @@ private:
                 for (int i = 0; i < o_.initial; ++i)
                     if (!store_->check({detail::concat("start/", i)})) missing.push_back(i);
                 if (missing.empty()) return 0;
+                if (round % 64 == 63) check_not_superseded("start");
                 // A first worker that died before it arrived here and was started again is a
                 // joiner (its incarnation is not the first): the first epoch cannot form.
                 for (int i : missing)
-                    if (incarnation_of(i) > 1)
+                    if (incarnation_of(i) > 1) {
+                        confirm_start_failed();
                         throw comm_error(detail::concat(
                             "comm::elastic_group: worker ", id_, ": worker ", i,
                             " ended before the first epoch formed (a process restarted with its id); the first ",
                             o_.initial, " workers must all start once: start the job again"));
+                    }
                 if (clock::now() >= deadline) {
+                    confirm_start_failed();
                     std::string ids;
                     for (int i : missing) ids += (ids.empty() ? "" : ", ") + std::to_string(i);
                     throw comm_error(detail::concat("comm::elastic_group: worker ", id_, ": the first ", o_.initial,
@@ -825,7 +888,11 @@ private:
             const auto old = std::find_if(next.members.begin(), next.members.end(),
                                           [&](const entry& m) { return m.id == e.id; });
             if (old != next.members.end()) {
-                if (old->inc == e.inc) continue; // (already a member: cannot happen, a member never queues)
+                // The same number as a member's: a member never queues, so either this is a
+                // stale request of a member that is here (it arrived: skipped), or a restart
+                // drew the number the view holds from a store that came back before the
+                // members wrote it back (the member it replaces is gone).
+                if (old->inc == e.inc && (everyone || store_->check({arrival(R, e.id)}))) continue;
                 // The request of a restart whose ended incarnation was still kept (its end was
                 // not counted yet when this decision read the count): the old one leaves.
                 next.members.erase(old);
@@ -911,7 +978,8 @@ private:
     void check_usable(const char* op) const {
         if (dead_)
             throw peer_failure(detail::concat("comm::elastic_group ", op, ": worker ", id_,
-                                              " has left or was dropped; join again with a new handle"));
+                                              " has left or was dropped; join again with a new handle",
+                                              why_dead_.empty() ? "" : " (", why_dead_, why_dead_.empty() ? "" : ")"));
         if (rank_ < 0)
             throw invalid_argument(detail::concat("comm::elastic_group ", op, ": worker ", id_,
                                                   " is not a member yet (call join())"));
@@ -929,8 +997,10 @@ private:
         release_group();
     }
 
-    void drop() {
+    // `why`: said again by every later call (the algorithm's next renew()).
+    void drop(std::string why = {}) {
         dead_ = true;
+        if (!why.empty()) why_dead_ = std::move(why);
         release_group();
     }
 
@@ -973,10 +1043,10 @@ private:
     membership_change last_;
     int rank_ = -1;
     std::uint64_t renewals_ = 0, commits_ = 0, calls_ = 0, recoveries_ = 0;
-    bool dead_ = false, joined_ = false, renewed_ = false, recoverable_ = false;
+    bool dead_ = false, joined_ = false, renewed_ = false, recoverable_ = false, superseded_ = false;
     // store_recovery: the store's life this worker knows, and the last decisions it read
     // (key, value), which it writes back to a store that lost them.
-    std::string life_;
+    std::string life_, why_dead_;
     std::pair<std::string, std::string> read_renewal_, read_commit_, admitted_;
     traffic_counters before_{};
     struct heartbeat {
