@@ -275,6 +275,7 @@ int main(int argc, char** argv) {
         std::vector<float> w(static_cast<std::size_t>(a.dim), 0.0f), b(1, 0.0f);
         trickle::membership_stats ms;
         std::uint64_t rounds = 0, recoveries = 0;
+        double recovery_s = 0;
         const auto t0 = std::chrono::steady_clock::now();
         // A joiner whose admission is lost (its donor died during the transfer) joins again
         // through a new handle.
@@ -301,6 +302,7 @@ int main(int argc, char** argv) {
                 ms = train(alg, comm, group, *store, a, w, b);
                 rounds = alg.stats().exchanges;
                 recoveries = group.store_recoveries();
+                recovery_s = group.store_recovery_seconds();
             };
             trickle::sparta_options so{.fraction = 0.25, .seed = static_cast<std::uint64_t>(a.seed)};
             trickle::diloco_options dop{.interval = static_cast<std::uint64_t>(a.interval),
@@ -324,12 +326,12 @@ int main(int argc, char** argv) {
         }
         const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         std::printf("worker %d: epoch %llu, %d workers, %llu changes (%llu joined, %llu left), %llu rounds retried, "
-                    "%llu B of state moved in %.3f s, %.3f s waiting, %.3f s in all, %llu rounds, %llu store recoveries\n",
+                    "%llu B of state moved in %.3f s, %.3f s waiting, %.3f s in all, %llu rounds, %llu store recoveries (%.3f s)\n",
                     a.id, static_cast<unsigned long long>(ms.epoch), ms.workers,
                     static_cast<unsigned long long>(ms.changes), static_cast<unsigned long long>(ms.joined),
                     static_cast<unsigned long long>(ms.left), static_cast<unsigned long long>(ms.rounds_retried),
                     static_cast<unsigned long long>(ms.state_bytes), ms.transfer_seconds, ms.wait_seconds, seconds,
-                    static_cast<unsigned long long>(rounds), static_cast<unsigned long long>(recoveries));
+                    static_cast<unsigned long long>(rounds), static_cast<unsigned long long>(recoveries), recovery_s);
         if (!a.out.empty()) {
             std::ofstream out(a.out, std::ios::binary);
             out.write(reinterpret_cast<const char*>(w.data()), static_cast<std::streamsize>(w.size() * sizeof(float)));

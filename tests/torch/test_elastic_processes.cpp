@@ -10,6 +10,8 @@
 #include <trickle/comm/replicas.hpp>
 #include <trickle/torch/elastic_group.hpp>
 
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+
 #include <doctest/doctest.h>
 
 #include <fcntl.h>
@@ -553,6 +555,18 @@ TEST_CASE("elastic_group: an unreachable store is a clear error naming it; bad o
         o.renew_every = 0;
         CHECK_THROWS_WITH_AS(trickle::comm::elastic_group(store, 0, o), doctest::Contains("renew_every must be >= 1, got 0"),
                              trickle::invalid_argument);
+    }
+    {
+        trickle::comm::elastic_group_options o;
+        o.initial = 1;
+        o.store_recovery = -1ms;
+        CHECK_THROWS_WITH_AS(trickle::comm::elastic_group(store, 0, o),
+                             doctest::Contains("store_recovery must be >= 0 ms (0: off), got -1"),
+                             trickle::invalid_argument);
+        // A store that is not a TCPStore has no address to reconnect to.
+        o.store_recovery = 1000ms;
+        CHECK_THROWS_WITH_AS(trickle::comm::elastic_group(c10::make_intrusive<c10d::HashStore>(), 0, o),
+                             doctest::Contains("store_recovery needs a c10d::TCPStore"), trickle::invalid_argument);
     }
     // renew_every: the job's first worker sets it; another k is refused before it registers.
     {

@@ -53,7 +53,13 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <netdb.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
 
 #include <algorithm>
 #include <chrono>
@@ -65,6 +71,7 @@
 #include <optional>
 #include <random>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <utility>
@@ -83,6 +90,32 @@ inline c10::intrusive_ptr<c10d::TCPStore> tcp_store(const std::string& host, int
     o.waitWorkers = false;
     o.timeout = timeout;
     return c10::make_intrusive<c10d::TCPStore>(host, o);
+}
+
+// Whether something accepts a TCP connection at host:port within `wait` (a probe, closed at
+// once): a store that came back is found within a poll's pause, where c10d's client backs
+// off for up to a second between its attempts.
+inline bool port_accepts(const std::string& host, int port, std::chrono::milliseconds wait) {
+    addrinfo hints{};
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* found = nullptr;
+    if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0) return false;
+    bool ok = false;
+    for (const addrinfo* a = found; a != nullptr && !ok; a = a->ai_next) {
+        const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
+        if (fd < 0) continue;
+        if (::connect(fd, a->ai_addr, a->ai_addrlen) == 0) ok = true;
+        else if (errno == EINPROGRESS) {
+            pollfd p{fd, POLLOUT, 0};
+            int err = 0;
+            socklen_t len = sizeof err;
+            ok = ::poll(&p, 1, static_cast<int>(wait.count())) == 1 &&
+                 ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0;
+        }
+        ::close(fd);
+    }
+    ::freeaddrinfo(found);
+    return ok;
 }
 
 // An exception's text, without c10's backtrace.
@@ -253,6 +286,9 @@ public:
     // How many times this worker found the store restarted and wrote back what it knew
     // (store_recovery).
     std::uint64_t store_recoveries() const { return recoveries_; }
+    // The time those took, in seconds: from the failed operation to the store given back
+    // what the view knew (the outage as this worker saw it, then the write-back).
+    double store_recovery_seconds() const { return recovery_seconds_; }
     std::chrono::milliseconds timeout() const { return o_.timeout; }
     // Join requests queued and not yet taken by a renewal of this worker's view (for
     // drivers and tests, as elastic_local_world::joiners_waiting).
@@ -546,7 +582,8 @@ private:
     // answers with its keys intact (a dropped connection) cannot say whether the failed
     // operation took effect: comm_error.
     void recover(const char* op, const std::string& why) {
-        const auto deadline = clock::now() + o_.store_recovery;
+        const auto began = clock::now();
+        const auto deadline = began + o_.store_recovery;
         release_group();
         std::string last = why;
         const auto* tcp = dynamic_cast<const c10d::TCPStore*>(user_store_.get());
@@ -557,6 +594,10 @@ private:
                                                 store_name_, " failed and did not come back within ",
                                                 o_.store_recovery.count(),
                                                 " ms (store_recovery; restart it on the same address): ", last));
+            if (!detail::port_accepts(tcp->getHost(), tcp->getPort(), std::min(left, std::chrono::milliseconds(200)))) {
+                std::this_thread::sleep_for(std::chrono::milliseconds(10));
+                continue;
+            }
             try {
                 auto client = detail::tcp_store(tcp->getHost(), tcp->getPort(), false, std::min(left, o_.timeout));
                 store_ = c10::make_intrusive<c10d::PrefixStore>(o_.job, std::move(client));
@@ -570,6 +611,7 @@ private:
                 }
                 write_back(deadline);
                 ++recoveries_;
+                recovery_seconds_ += std::chrono::duration<double>(clock::now() - began).count();
                 return;
             } catch (const trickle::error&) {
                 throw;
@@ -826,6 +868,7 @@ private:
         std::function<c10::intrusive_ptr<c10d::Store>()> reconnect;
         if (o_.store_recovery.count() > 0)
             reconnect = [host = tcp->getHost(), port = static_cast<int>(tcp->getPort()), job = o_.job, period] {
+                if (!detail::port_accepts(host, port, period)) throw std::runtime_error("the store is not back");
                 return c10::intrusive_ptr<c10d::Store>(
                     c10::make_intrusive<c10d::PrefixStore>(job, detail::tcp_store(host, port, false, period)));
             };
@@ -1047,6 +1090,7 @@ private:
     // store_recovery: the store's life this worker knows, and the last decisions it read
     // (key, value), which it writes back to a store that lost them.
     std::string life_, why_dead_;
+    double recovery_seconds_ = 0;
     std::pair<std::string, std::string> read_renewal_, read_commit_, admitted_;
     traffic_counters before_{};
     struct heartbeat {
