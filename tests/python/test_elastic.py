@@ -57,6 +57,16 @@ def wait_for_join_request(store, job: str) -> None:
         time.sleep(0.01)
 
 
+def train_step(model, opt, algorithm, seed: int) -> None:
+    """One inner step on the batch `seed` draws, then the algorithm's step."""
+    x = torch.randn(8, 16, generator=torch.Generator().manual_seed(seed))
+    loss = (model(x) - x[:, :4]).pow(2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    algorithm.step()
+
+
 def worker(port: int, wid: int, out: str, kill: bool, algo: str) -> int:
     store = trickle.connect_store("127.0.0.1", port)
     torch.manual_seed(0)
@@ -77,13 +87,7 @@ def worker(port: int, wid: int, out: str, kill: bool, algo: str) -> int:
         if t == HOLD_AT and wid != 2:
             wait_for_join_request(store, job)
         # Each worker its own batches; under SPARTA every worker the same ones (see above).
-        g = torch.Generator().manual_seed(1000 * t + (0 if algo == "SPARTA" else wid))
-        x = torch.randn(8, 16, generator=g)
-        loss = (model(x) - x[:, :4]).pow(2).mean()
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        diloco.step()
+        train_step(model, opt, diloco, 1000 * t + (0 if algo == "SPARTA" else wid))
     if algo == "SPARTADiLoCo-topk":  # the outer gradient went through the sparsifier: indices on the wire
         assert diloco.outer_stats.index_bytes_sent > 0, diloco.outer_stats
     torch.save({"params": [p.detach().clone() for p in model.parameters()], "membership": diloco.membership,
@@ -203,13 +207,7 @@ def steady_worker(port: int, wid: int, out: str) -> int:
     diloco = trickle.DiLoCo(model, interval=INTERVAL, outer="nesterov", seed=3, elastic=el)
     open(out + ".built", "w").close()
     for t in range(RESTART_STEPS):
-        g = torch.Generator().manual_seed(1000 * t + wid)
-        x = torch.randn(8, 16, generator=g)
-        loss = (model(x) - x[:, :4]).pow(2).mean()
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        diloco.step()
+        train_step(model, opt, diloco, 1000 * t + wid)
         time.sleep(0.01)
     torch.save({"params": [p.detach().clone() for p in model.parameters()], "membership": diloco.membership,
                 "exchanges": diloco.stats.exchanges}, out)
