@@ -7,7 +7,9 @@ worker id, restarts of the dead) on one algorithm (DiLoCo, SPARTA, SPARTA + DiLo
 turn) with random events drawn from --seed: workers that SIGKILL themselves at a random
 step, a worker that freezes itself (SIGSTOP) for 0.3-2.5 s against a liveness of 1 s
 (shorter: waited for; longer: dropped, it finds out when it wakes and is restarted), and
-the supervisor SIGKILLing or freezing a random live worker at random moments. A schedule
+the supervisor SIGKILLing or freezing a random live worker at random moments, and in half
+the schedules the store itself killed once or twice and started again on its port after up
+to 1.5 s (--store-chaos; the workers run with store_recovery). A schedule
 passes when the supervisor exits 0 within its time limit: every worker finished or
 rejoined (none lost; a restart that arrives after the job ended is not a loss), and for
 DiLoCo and SPARTA + DiLoCo every worker that finished holds the same parameters, bit for
@@ -47,6 +49,8 @@ def schedule(rng: random.Random, k: int) -> list[str]:
         args += ["--pause", f"{rng.randrange(workers)}@{rng.randrange(5, steps * 3 // 4)}:{rng.uniform(0.3, 2.5):.2f}"]
     # The supervisor's own random kills and freezes.
     args += ["--chaos", str(rng.choice((0, 1, 2))), "--chaos-seed", str(rng.randrange(1 << 30))]
+    # The store killed and started again (a process of its own), in half the schedules.
+    args += ["--store-chaos", str(rng.choice((0, 0, 1, 2)))]
     return args
 
 
@@ -79,7 +83,8 @@ def main() -> int:
         m = re.search(r"; restarts (\d+)", text)
         restarts += int(m.group(1)) if m else 0
         late += text.count("came after the job ended") + text.count("after the job ended; not restarted")
-        events = " ".join(f"{x} {y}" for x, y in zip(args, args[1:]) if x in ("--workers", "--kill", "--pause", "--chaos"))
+        events = " ".join(f"{x} {y}" for x, y in zip(args, args[1:])
+                          if x in ("--workers", "--kill", "--pause", "--chaos", "--store-chaos"))
         line = (f"schedule {k + 1}/{a.schedules} {args[1]}: {'passed' if rc == 0 else f'FAILED ({rc})'} "
                 f"in {time.time() - t0:.1f} s; {events}")
         print(line, flush=True)

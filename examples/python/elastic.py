@@ -28,6 +28,10 @@ freezes worker ID (SIGSTOP, then SIGCONT) for that long at that step: longer tha
 --liveness, it is dropped, finds out when it wakes (trickle.CommError), exits, and is
 restarted. --chaos N has the supervisor itself SIGKILL or freeze a random live worker at N
 random moments (--chaos-seed chooses them): what scripts/elastic_soak.sh runs many times.
+--store-chaos N serves the store from a process of its own (python3 -m trickle.store) and
+has the supervisor SIGKILL it at N random moments and start it again on its port after a
+random pause of up to 1.5 s, as a supervisor of the store would; the workers run with
+Elastic(store_recovery=...), give the new store the view back and go on.
 The workers sleep --step-ms per step to stand for real compute.
 
 Each worker trains a small regression model on its own shard of the data, chosen by its
@@ -72,6 +76,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--chaos", type=int, default=0, metavar="N",
                    help="the supervisor kills or freezes a random live worker at N random moments")
     p.add_argument("--chaos-seed", type=int, default=0)
+    p.add_argument("--store-chaos", type=int, default=0, metavar="N",
+                   help="kill the store (a process of its own) at N random moments and start it again")
+    p.add_argument("--store-recovery", type=float, default=60.0,
+                   help="seconds a worker waits for its store to come back (Elastic(store_recovery=))")
     p.add_argument("--max-restarts", type=int, default=3, help="restarts per worker id")
     p.add_argument("--liveness", type=float, default=1.0, help="seconds without a heartbeat before a drop")
     p.add_argument("--timeout", type=float, default=10.0)
@@ -84,8 +92,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--pause-at", default="", help=argparse.SUPPRESS)
     p.add_argument("--out", default="", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
-    if a.workers < 1 or a.steps < 1 or a.interval < 1 or a.max_restarts < 0 or a.chaos < 0:
-        p.error("--workers, --steps and --interval must be >= 1, --max-restarts and --chaos >= 0")
+    if a.workers < 1 or a.steps < 1 or a.interval < 1 or a.max_restarts < 0 or a.chaos < 0 or a.store_chaos < 0:
+        p.error("--workers, --steps and --interval must be >= 1, --max-restarts, --chaos and --store-chaos >= 0")
+    if a.store_recovery < 0:
+        p.error(f"--store-recovery must be >= 0 seconds, got {a.store_recovery}")
     if a.algo != "sparta" and a.steps % a.interval != 0:
         p.error(f"--steps ({a.steps}) must be a multiple of --interval ({a.interval}) so that the run ends a round")
     kills = {}
@@ -147,7 +157,7 @@ def worker(a: argparse.Namespace) -> int:
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     # carry=opt: a joiner takes a live worker's momentum buffers with the algorithm's state.
     el = trickle.Elastic(store, id=a.id, initial=a.workers, timeout=a.timeout, liveness=a.liveness,
-                         join_timeout=a.join_timeout, job="example", carry=opt)
+                         join_timeout=a.join_timeout, job="example", carry=opt, store_recovery=a.store_recovery)
     algo = make_algorithm(a, model, el)
     start = algo.stats.steps  # 0, or the members' step for a joiner
     if a.out and start == 0:
@@ -194,8 +204,33 @@ def train(a: argparse.Namespace, model, opt, algo, start: int) -> int:
     return 0
 
 
+class StoreProcess:
+    """The store as a process of its own (python3 -m trickle.store), killed and started again
+    on its port by --store-chaos."""
+
+    def __init__(self):
+        self.port = 0
+        self.proc = None
+        self.start()
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-m", "trickle.store", "--port", str(self.port)],
+                                     stdout=subprocess.PIPE, text=True)
+        line = self.proc.stdout.readline()
+        if not line.startswith("trickle.store: serving on port "):
+            raise RuntimeError(f"the store did not start: {line!r}")
+        self.port = int(line.split()[-1])
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+
 def supervise(a: argparse.Namespace) -> int:
-    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    if a.store_chaos:
+        store = StoreProcess()
+    else:
+        store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
     tmp = tempfile.mkdtemp(prefix="trickle_elastic_example_")
     outs = {i: os.path.join(tmp, f"worker{i}.pt") for i in range(a.workers)}
     me = os.path.abspath(__file__)
@@ -204,7 +239,8 @@ def supervise(a: argparse.Namespace) -> int:
         cmd = [sys.executable, me, "--worker", "--id", str(wid), "--store", f"127.0.0.1:{store.port}",
                "--workers", str(a.workers), "--algo", a.algo, "--steps", str(a.steps), "--interval", str(a.interval),
                "--fraction", str(a.fraction), "--step-ms", str(a.step_ms), "--liveness", str(a.liveness),
-               "--timeout", str(a.timeout), "--join-timeout", str(a.join_timeout), "--out", outs[wid]]
+               "--timeout", str(a.timeout), "--join-timeout", str(a.join_timeout), "--out", outs[wid],
+               "--store-recovery", str(a.store_recovery)]
         if first and wid in a.kills:
             cmd += ["--kill-at", str(a.kills[wid])]
         if first and wid in a.pauses:
@@ -222,10 +258,16 @@ def supervise(a: argparse.Namespace) -> int:
         at = max(at, chaos[-1][0] + 2.5) if chaos else at
         chaos.append((at, rng.choice(("kill", "freeze")), rng.random(), rng.uniform(0.2, 3.0)))
 
+    # --store-chaos: moments at which the store is killed, and the pause before it starts again.
+    store_chaos = sorted((rng.uniform(0.0, window), rng.uniform(0.0, 1.5)) for _ in range(a.store_chaos))
+    store_back = None  # when a killed store starts again
+
     print(f"supervisor: store at 127.0.0.1:{store.port}; {a.workers} workers of {a.algo}, {a.steps} steps"
           + (f"; kills: {', '.join(f'{w}@{s}' for w, s in sorted(a.kills.items()))}" if a.kills else "")
           + (f"; pauses: {', '.join(f'{w}@{s}:{d}' for w, (s, d) in sorted(a.pauses.items()))}" if a.pauses else "")
-          + (f"; chaos: {', '.join(f'{e[1]} at {e[0]:.1f} s' for e in chaos)}" if chaos else ""), flush=True)
+          + (f"; chaos: {', '.join(f'{e[1]} at {e[0]:.1f} s' for e in chaos)}" if chaos else "")
+          + (f"; store kills: {', '.join(f'at {t:.1f} s for {d:.1f} s' for t, d in store_chaos)}" if store_chaos else ""),
+          flush=True)
     t0 = time.time()
     chaos_t0 = None
     procs = {i: launch(i, True) for i in range(a.workers)}
@@ -249,8 +291,19 @@ def supervise(a: argparse.Namespace) -> int:
                         print(f"supervisor: worker {wid}'s restart came after the job ended; stopped", flush=True)
                         late.append(wid)
                 break
-            if chaos and chaos_t0 is None and all(os.path.exists(o + ".started") for o in outs.values()):
+            if (chaos or store_chaos) and chaos_t0 is None and all(os.path.exists(o + ".started")
+                                                                     for o in outs.values()):
                 chaos_t0 = time.time()
+            if store_chaos and store_back is None and chaos_t0 is not None and \
+                    time.time() - chaos_t0 >= store_chaos[0][0]:
+                _, pause = store_chaos.pop(0)
+                print(f"supervisor: store chaos: SIGKILL to the store at {time.time() - t0:.1f} s, back in "
+                      f"{pause:.1f} s", flush=True)
+                store.kill()
+                store_back = time.time() + pause
+            if store_back is not None and time.time() >= store_back:
+                store.start()
+                store_back = None
             if chaos and chaos_t0 is not None and time.time() - chaos_t0 >= chaos[0][0]:
                 _, action, pick, secs = chaos.pop(0)
                 live = sorted(w for w, p in procs.items() if p.poll() is None)
@@ -285,6 +338,8 @@ def supervise(a: argparse.Namespace) -> int:
     finally:
         for p in procs.values():
             p.kill()
+        if a.store_chaos:
+            store.kill()
     if failed:
         print(f"supervisor: workers {failed} did not finish", flush=True)
         return 1

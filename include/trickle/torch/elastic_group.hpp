@@ -358,7 +358,10 @@ public:
             for (int round = 0;; pause(round)) {
                 if (store_->check({R + "d"})) return text(store_->get(R + "d"));
                 const bool everyone = n >= size;
-                if (everyone || all_present(R, beats) || clock::now() >= deadline) return decide(R, everyone);
+                const auto arrived = [&](const entry& m) {
+                    return store_->check({arrival(R, m.id)}) || incarnation_of(m.id) != m.inc;
+                };
+                if (everyone || all_present(arrived, beats) || clock::now() >= deadline) return decide(R, everyone);
                 n = store_->add(R + "n", 0);
             }
         });
@@ -674,15 +677,17 @@ private:
         }
         (void)cas("cfg/renew_every", std::to_string(o_.renew_every));
         store_->set(detail::concat("rst/", id_), bytes("1"));
+        // (With liveness, a member whose heartbeat stays still is not waited for: it died
+        // while the store was away.)
         const auto until = std::min(deadline, clock::now() + o_.timeout);
+        std::vector<std::pair<std::int64_t, clock::time_point>> beats;
+        const auto wrote_back = [&](const entry& m) { return store_->check({detail::concat("rst/", m.id)}); };
         for (int round = 0; clock::now() < until; pause(round)) {
             if (!in_view) {
                 if (store_->check({"restored"})) return;
                 continue;
             }
-            bool all = true;
-            for (const auto& m : view_.members) all = all && store_->check({detail::concat("rst/", m.id)});
-            if (all) break;
+            if (all_present(wrote_back, beats)) break;
         }
         if (in_view) store_->set("restored", bytes("1"));
     }
@@ -805,14 +810,16 @@ private:
                                                 " (every worker of a job must renew at the same calls)"));
     }
 
-    // Every member of the view arrived at renewal R, ended its incarnation, or (liveness)
-    // has a heartbeat that has not moved for `liveness` while this worker waited.
-    bool all_present(const std::string& R, std::vector<std::pair<std::int64_t, clock::time_point>>& beats) {
+    // Every member of the view is `here` (arrived at a renewal, or wrote back a store that
+    // came back), or (liveness) has a heartbeat that has not moved for `liveness` while
+    // this worker waited.
+    template <class Here>
+    bool all_present(const Here& here, std::vector<std::pair<std::int64_t, clock::time_point>>& beats) {
         const auto now = clock::now();
         beats.resize(view_.members.size(), {-1, now});
         for (std::size_t i = 0; i < view_.members.size(); ++i) {
             const auto& m = view_.members[i];
-            if (store_->check({arrival(R, m.id)}) || incarnation_of(m.id) != m.inc) continue;
+            if (here(m)) continue;
             if (o_.liveness.count() == 0) return false;
             const std::int64_t beat = store_->add(detail::concat("hb/", m.id, "/", m.inc), 0);
             if (beat != beats[i].first) beats[i] = {beat, now};
