@@ -176,7 +176,7 @@ class HookHandle:
         """Removes the hook."""
 
 class Elastic:
-    """An elastic worker's place (SPARTA, DiLoCo or SPARTADiLoCo with elastic=): the store holding the view, this worker's stable id (>= 0), how many workers form the first epoch, the timeout in seconds, the job name (a prefix of the store's keys), liveness in seconds (0: off), carry, the trainer's state (an optimizer, or a mapping of names to objects with state_dict()) a joiner takes from a live worker, and renew_every, renew the view at every k-th round only. See trickle/_elastic.py and docs/elastic.md."""
+    """An elastic worker's place (SPARTA, DiLoCo or SPARTADiLoCo with elastic=): the store holding the view, this worker's stable id (>= 0), how many workers form the first epoch, the timeout in seconds, the job name (a prefix of the store's keys), liveness in seconds (0: off), carry, the trainer's state (an optimizer, or a mapping of names to objects with state_dict()) a joiner takes from a live worker, and renew_every, renew the view at every k-th round only, and store_recovery, seconds to wait for a store that failed to come back at its address (0: off). See trickle/_elastic.py and docs/elastic.md."""
 
     store: Store
     id: int
@@ -189,9 +189,11 @@ class Elastic:
     hostname: str
     carry: Any
     renew_every: int
+    store_recovery: float
     def __init__(self, store: Store, id: int, initial: int, timeout: float = 10.0, job: str = "trickle",
                  liveness: float = 0.0, start_timeout: float = 300.0, join_timeout: float = 600.0,
-                 hostname: str = "", carry: Any = None, renew_every: int = 1) -> None:
+                 hostname: str = "", carry: Any = None, renew_every: int = 1,
+                 store_recovery: float = 0.0) -> None:
         """Checks the arguments (TypeError / ValueError) and keeps them."""
 
 def build_info() -> Dict[str, Any]:
