@@ -51,6 +51,22 @@ struct outcome {
     std::string log;
 };
 
+// Starts argv[0] with the arguments `a`, its stdout and stderr to the file `log`.
+pid_t spawn_logged(std::vector<std::string> a, const std::string& log) {
+    std::vector<char*> argv;
+    for (auto& x : a) argv.push_back(x.data());
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_adddup2(&fa, 1, 2);
+    pid_t pid = 0;
+    const int rc = posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&fa);
+    REQUIRE_MESSAGE(rc == 0, "cannot start ", argv[0], ": ", std::strerror(rc));
+    return pid;
+}
+
 // A store in a process of its own (trickle-store), which a test can kill and start again
 // on the same port.
 class store_process {
@@ -80,17 +96,7 @@ public:
 
 private:
     void start(int port) {
-        std::vector<std::string> a = {TRICKLE_STORE_BIN, "--port", std::to_string(port)};
-        std::vector<char*> argv;
-        for (auto& x : a) argv.push_back(x.data());
-        argv.push_back(nullptr);
-        posix_spawn_file_actions_t fa;
-        posix_spawn_file_actions_init(&fa);
-        posix_spawn_file_actions_addopen(&fa, 1, log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        posix_spawn_file_actions_adddup2(&fa, 1, 2);
-        const int rc = posix_spawn(&pid_, argv[0], &fa, nullptr, argv.data(), environ);
-        posix_spawn_file_actions_destroy(&fa);
-        REQUIRE_MESSAGE(rc == 0, "cannot start ", argv[0], ": ", std::strerror(rc));
+        pid_ = spawn_logged({TRICKLE_STORE_BIN, "--port", std::to_string(port)}, log_);
         for (int i = 0; i < 2000; ++i) { // its first line names the port
             std::ifstream f(log_);
             std::string line;
@@ -141,18 +147,7 @@ public:
                                       "--out", dir_ + "/out_" + key};
         a.insert(a.end(), common_.begin(), common_.end());
         a.insert(a.end(), extra.begin(), extra.end());
-        std::vector<char*> argv;
-        for (auto& s : a) argv.push_back(s.data());
-        argv.push_back(nullptr);
-        posix_spawn_file_actions_t fa;
-        posix_spawn_file_actions_init(&fa);
-        const std::string log = dir_ + "/log_" + key;
-        posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        posix_spawn_file_actions_adddup2(&fa, 1, 2);
-        pid_t pid = 0;
-        const int rc = posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ);
-        posix_spawn_file_actions_destroy(&fa);
-        REQUIRE_MESSAGE(rc == 0, "cannot start ", argv[0], ": ", std::strerror(rc));
+        const pid_t pid = spawn_logged(std::move(a), dir_ + "/log_" + key);
         pids_[key] = pid;
         return key;
     }

@@ -67,11 +67,9 @@
 #include <mutex>
 #include <cstdint>
 #include <memory>
-#include <functional>
 #include <optional>
 #include <random>
 #include <sstream>
-#include <stdexcept>
 #include <string>
 #include <thread>
 #include <utility>
@@ -93,8 +91,7 @@ inline c10::intrusive_ptr<c10d::TCPStore> tcp_store(const std::string& host, int
 }
 
 // Whether something accepts a TCP connection at host:port within `wait` (a probe, closed at
-// once): a store that came back is found within a poll's pause, where c10d's client backs
-// off for up to a second between its attempts.
+// once).
 inline bool port_accepts(const std::string& host, int port, std::chrono::milliseconds wait) {
     addrinfo hints{};
     hints.ai_socktype = SOCK_STREAM;
@@ -355,12 +352,12 @@ public:
             store_->set(arrival(R, id_), bytes("1"));
             wrote = true;
             std::vector<std::pair<std::int64_t, clock::time_point>> beats;
+            const auto arrived = [&](const entry& m) {
+                return store_->check({arrival(R, m.id)}) || incarnation_of(m.id) != m.inc;
+            };
             for (int round = 0;; pause(round)) {
                 if (store_->check({R + "d"})) return text(store_->get(R + "d"));
                 const bool everyone = n >= size;
-                const auto arrived = [&](const entry& m) {
-                    return store_->check({arrival(R, m.id)}) || incarnation_of(m.id) != m.inc;
-                };
                 if (everyone || all_present(arrived, beats) || clock::now() >= deadline) return decide(R, everyone);
                 n = store_->add(R + "n", 0);
             }
@@ -413,7 +410,7 @@ public:
             };
             if (!store_->check({A})) queue();
             for (int round = 0; !store_->check({A}); pause(round)) {
-                if (round % 64 == 63) check_not_superseded("join");
+                if (round % 64 == 63) check_not_superseded(false);
                 // A request queued on a store that came back, below the position the members
                 // wrote back (j/floor), is never read: it is queued again.
                 if (round % 64 == 63 && i >= 0 && store_->check({"j/floor"}) &&
@@ -589,7 +586,6 @@ private:
         const auto deadline = began + o_.store_recovery;
         release_group();
         std::string last = why;
-        const auto* tcp = dynamic_cast<const c10d::TCPStore*>(user_store_.get());
         for (;;) {
             const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now());
             if (left.count() <= 0)
@@ -597,13 +593,13 @@ private:
                                                 store_name_, " failed and did not come back within ",
                                                 o_.store_recovery.count(),
                                                 " ms (store_recovery; restart it on the same address): ", last));
-            if (!detail::port_accepts(tcp->getHost(), tcp->getPort(), std::min(left, std::chrono::milliseconds(200)))) {
-                std::this_thread::sleep_for(std::chrono::milliseconds(10));
-                continue;
-            }
             try {
-                auto client = detail::tcp_store(tcp->getHost(), tcp->getPort(), false, std::min(left, o_.timeout));
-                store_ = c10::make_intrusive<c10d::PrefixStore>(o_.job, std::move(client));
+                auto client = client_if_back(std::min(left, std::chrono::milliseconds(200)), std::min(left, o_.timeout));
+                if (!client.defined()) {
+                    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+                    continue;
+                }
+                store_ = std::move(client);
                 const std::string life = store_->check({"life"}) ? text(store_->get("life")) : std::string();
                 if (life == life_) {
                     dead_ = true;
@@ -695,11 +691,13 @@ private:
     // A registration that a store coming back superseded (see write_back()): its number was
     // raised past, or the store was written back while it waited at the start (the job
     // runs: it must join). Not a failure of the job: start the process again.
-    void check_not_superseded(const char* where) {
-        if (incarnation_of(id_) == inc_ && !(rank_ < 0 && !joined_ && store_->check({"resumed"}))) return;
+    // `starting`: a first incarnation waiting for the first epoch.
+    void check_not_superseded(bool starting) {
+        if (incarnation_of(id_) == inc_ && !(starting && store_->check({"resumed"}))) return;
         superseded_ = true;
         dead_ = true;
-        throw comm_error(detail::concat("comm::elastic_group ", where, ": worker ", id_, " (incarnation ", inc_,
+        throw comm_error(detail::concat("comm::elastic_group ", starting ? "start" : "join", ": worker ", id_,
+                                        " (incarnation ", inc_,
                                         "): its registration is void (another process registered the id, or it "
                                         "registered on a store that came back before the workers gave it back their "
                                         "view); start it again, it joins"));
@@ -712,7 +710,7 @@ private:
     void confirm_start_failed() {
         if (o_.store_recovery.count() == 0) return;
         const auto until = clock::now() + o_.timeout;
-        for (int round = 0; clock::now() < until; pause(round)) check_not_superseded("start");
+        for (int round = 0; clock::now() < until; pause(round)) check_not_superseded(true);
     }
 
     // Raises counter k to at least v (compare-and-set, so that two workers raising it at
@@ -839,7 +837,7 @@ private:
                 for (int i = 0; i < o_.initial; ++i)
                     if (!store_->check({detail::concat("start/", i)})) missing.push_back(i);
                 if (missing.empty()) return 0;
-                if (round % 64 == 63) check_not_superseded("start");
+                if (round % 64 == 63) check_not_superseded(true);
                 // A first worker that died before it arrived here and was started again is a
                 // joiner (its incarnation is not the first): the first epoch cannot form.
                 for (int i : missing)
@@ -871,20 +869,14 @@ private:
         beat_ = std::make_unique<heartbeat>();
         const std::string k = detail::concat("hb/", id_, "/", inc_);
         const auto period = std::max(o_.liveness / 4, std::chrono::milliseconds(1));
-        const auto* tcp = dynamic_cast<const c10d::TCPStore*>(user_store_.get());
-        std::function<c10::intrusive_ptr<c10d::Store>()> reconnect;
-        if (o_.store_recovery.count() > 0)
-            reconnect = [host = tcp->getHost(), port = static_cast<int>(tcp->getPort()), job = o_.job, period] {
-                if (!detail::port_accepts(host, port, period)) throw std::runtime_error("the store is not back");
-                return c10::intrusive_ptr<c10d::Store>(
-                    c10::make_intrusive<c10d::PrefixStore>(job, detail::tcp_store(host, port, false, period)));
-            };
-        beat_->thread = std::thread([b = beat_.get(), client, k, period, reconnect]() mutable {
+        // (The thread ends before this object: stop_heartbeat() joins it.)
+        const bool reconnect = o_.store_recovery.count() > 0;
+        beat_->thread = std::thread([this, b = beat_.get(), client, k, period, reconnect]() mutable {
             std::unique_lock lock(b->mutex);
             while (!b->stop) {
                 try {
-                    if (!client.defined()) client = reconnect();
-                    client->add(k, 1);
+                    if (!client.defined()) client = client_if_back(period, period);
+                    if (client.defined()) client->add(k, 1);
                 } catch (...) {
                     if (!reconnect) return; // the store is gone: the renewals will say so
                     client.reset();
@@ -1011,11 +1003,23 @@ private:
     // TCPStore (null otherwise): for the heartbeat, and for each epoch's Gloo rendezvous (a
     // rendezvous that times out leaves a reply pending on its client, which must not be the
     // one the renewals use).
-    c10::intrusive_ptr<c10d::Store> own_client() const {
+    c10::intrusive_ptr<c10d::Store> own_client(std::chrono::milliseconds timeout) const {
         const auto* tcp = dynamic_cast<const c10d::TCPStore*>(user_store_.get());
         if (tcp == nullptr) return {};
         return c10::make_intrusive<c10d::PrefixStore>(o_.job,
-                                                      detail::tcp_store(tcp->getHost(), tcp->getPort(), false, o_.timeout));
+                                                      detail::tcp_store(tcp->getHost(), tcp->getPort(), false, timeout));
+    }
+    c10::intrusive_ptr<c10d::Store> own_client() const { return own_client(o_.timeout); }
+
+    // store_recovery: a client of the job's keys once the store's address accepts a
+    // connection within `probe` (null before: the store is not back), its operations bounded
+    // by `timeout`. The probe finds a store that came back at once, where c10d's client backs
+    // off for up to a second between its attempts.
+    c10::intrusive_ptr<c10d::Store> client_if_back(std::chrono::milliseconds probe,
+                                                   std::chrono::milliseconds timeout) const {
+        const auto* tcp = dynamic_cast<const c10d::TCPStore*>(user_store_.get());
+        if (!detail::port_accepts(tcp->getHost(), tcp->getPort(), probe)) return {};
+        return own_client(timeout);
     }
 
     // The store an epoch's Gloo rendezvous uses: a client of its own, or (HashStore, in
